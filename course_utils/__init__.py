@@ -1,0 +1,22 @@
+"""course_utils: the measuring, estimating, plotting and quiz code shared by the Chapter 3 notebooks.
+
+The spine:  Recipe -> build -> measure (fresh process) -> results store -> plots / tables.
+Importing this package is cheap; torch and transformers load only when a function needs them.
+"""
+
+from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
+
+__all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy imports keep `import course_utils` fast
+    if name == "measure":
+        from .measure import measure
+
+        return measure
+    if name == "ResultStore":
+        from .results import ResultStore
+
+        return ResultStore
+    raise AttributeError(name)

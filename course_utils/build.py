@@ -1,0 +1,228 @@
+"""Recipe -> model, tokenizer, data and SFTTrainer. The only module that calls transformers, peft,
+trl and bitsandbytes, with their current APIs. When those libraries move, this file changes.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from .hardware import HardwareError, bitsandbytes_status, device_type, resolve_precision
+from .recipe import Recipe, RecipeError
+
+
+@dataclass
+class Built:
+    """Everything a training run needs, plus what build decided on the way."""
+
+    recipe: Recipe
+    precision: str  # the resolved precision: fp32, bf16 or fp16
+    model: Any
+    tokenizer: Any
+    trainer: Any
+    notes: list[str] = field(default_factory=list)
+
+
+def torch_dtype(precision: str, full_finetune: bool):
+    """dtype of the base weights: bf16 stays bf16; fp16 AMP needs fp32 master weights when they train."""
+    import torch
+
+    if precision == "bf16":
+        return torch.bfloat16
+    if precision == "fp16":
+        return torch.float32 if full_finetune else torch.float16
+    return torch.float32
+
+
+def check_hardware(recipe: Recipe) -> str:
+    """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
+    precision = resolve_precision(recipe.precision)
+    if recipe.uses_bitsandbytes:
+        usable, why = bitsandbytes_status()
+        if not usable:
+            what = "4-bit loading" if recipe.load_in_4bit else f"the {recipe.optimizer} optimizer"
+            raise HardwareError(
+                f"{what} needs bitsandbytes, which cannot run here: {why}. "
+                "Install bitsandbytes>=0.50 (it has CPU and CUDA backends), or use load_in_4bit=False "
+                "and optimizer='adamw_torch'."
+            )
+    return precision
+
+
+def quantization_config(recipe: Recipe, precision: str):
+    """The BitsAndBytesConfig of a 4-bit recipe (NF4, optional double quant), else None."""
+    if not recipe.load_in_4bit:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute,
+        bnb_4bit_use_double_quant=recipe.double_quant,
+    )
+
+
+def load_model(recipe: Recipe, precision: str):
+    """from_pretrained with the recipe's dtype and quantization: the same call for tiny and 8B models."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .models import resolve_model
+
+    source = resolve_model(recipe.model)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(
+        source,
+        dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
+        quantization_config=quantization_config(recipe, precision),
+        device_map={"": device},
+    )
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    if tokenizer.pad_token is None:  # Llama tokenizers ship without one
+        tokenizer.pad_token = tokenizer.eos_token
+    model.config.use_cache = False  # the KV cache is for generation; training does not need it
+    return model, tokenizer
+
+
+def linear_module_names(model) -> list[str]:
+    """The distinct last-name parts of the model's linear layers (what LoRA can target)."""
+    import torch
+
+    names = set()
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Linear4bit", "Linear8bitLt"):
+            names.add(name.rsplit(".", 1)[-1])
+    return sorted(names)
+
+
+def check_lora_targets(model, targets: tuple[str, ...]) -> None:
+    """A LoRA target the model lacks is an error that lists the ones it has."""
+    available = linear_module_names(model)
+    missing = [t for t in targets if t not in available]
+    if missing:
+        raise RecipeError(
+            f"LoRA target module(s) {missing} not found in this model. "
+            f"Its linear layers are: {available}. Pick lora_targets from those."
+        )
+
+
+def lora_config(recipe: Recipe):
+    """peft's LoraConfig for the recipe."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=recipe.lora_r,
+        lora_alpha=recipe.lora_alpha,
+        lora_dropout=recipe.lora_dropout,
+        target_modules=list(recipe.lora_targets),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def sft_config(recipe: Recipe, precision: str, output_dir: str):
+    """trl's SFTConfig for the recipe. Every value the chapter teaches is set explicitly.
+
+    `bf16`/`fp16` are always passed: SFTConfig() turns bf16 on by default, which fails on a CPU.
+    Sequences are packed into blocks of exactly max_seq_length tokens ('wrapped'), so every step
+    sees the same number of tokens and the peak does not depend on which examples met in a batch.
+    """
+    import torch
+    from trl import SFTConfig
+
+    on_cpu = not torch.cuda.is_available()
+    return SFTConfig(
+        output_dir=output_dir,
+        max_steps=recipe.steps,
+        per_device_train_batch_size=recipe.micro_batch,
+        gradient_accumulation_steps=recipe.grad_accum,
+        learning_rate=recipe.learning_rate,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        gradient_checkpointing=recipe.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
+        optim=recipe.optimizer,
+        max_length=recipe.max_seq_length,
+        packing=True,
+        packing_strategy="wrapped",
+        dataset_text_field="text",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=recipe.seed,
+        data_seed=recipe.seed,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=not on_cpu,
+        disable_tqdm=True,
+        use_cpu=on_cpu,
+    )
+
+
+def sft_config_kwargs_used() -> set[str]:
+    """Names of the arguments sft_config() passes (for the API-drift test)."""
+    import inspect
+    import re
+
+    body = inspect.getsource(sft_config)
+    call = body[body.index("SFTConfig(") :]
+    return set(re.findall(r"\n\s+(\w+)=", call))
+
+
+def training_dataset(recipe: Recipe):
+    """The chapter's data: dolly-style instructions (shipped offline set when the hub is away), as text."""
+    from .data import load_instructions, to_text_dataset
+
+    return to_text_dataset(load_instructions("dolly", source="auto"))
+
+
+def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = None, dataset=None) -> Built:
+    """Turn a recipe into a ready SFTTrainer on this machine's device."""
+    import torch
+    from peft import get_peft_model, prepare_model_for_kbit_training
+    from trl import SFTTrainer
+
+    precision = check_hardware(recipe)
+    notes: list[str] = []
+    if recipe.precision == "auto":
+        notes.append(f"precision=auto resolved to {precision} on {device_type()}")
+    model, tokenizer = load_model(recipe, precision)
+
+    if recipe.load_in_4bit and recipe.prepare_kbit:
+        # peft upcasts every non-quantized weight (embeddings, norms, lm_head) to fp32 here, and by
+        # default turns on gradient checkpointing; we let the recipe decide that.
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=recipe.gradient_checkpointing,
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
+        notes.append("prepare_model_for_kbit_training upcast the non-quantized weights to fp32")
+
+    if recipe.uses_lora:
+        check_lora_targets(model, recipe.lora_targets)
+        model = get_peft_model(model, lora_config(recipe))
+    else:
+        for p in model.parameters():
+            p.requires_grad_(True)
+
+    args = sft_config(recipe, precision, output_dir or tempfile.mkdtemp(prefix="course-run-"))
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset if dataset is not None else training_dataset(recipe),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
+    if recipe.load_in_4bit and precision != "bf16":
+        # trl casts LoRA weights of quantized models to bf16 (the QLoRA paper's choice). Without
+        # native bf16 that is slow (CPU) or wrong for fp16 AMP (T4), so we keep them in fp32.
+        for p in trainer.model.parameters():
+            if p.requires_grad and p.dtype == torch.bfloat16:
+                p.data = p.data.float()
+        notes.append("LoRA weights kept in fp32 (trl casts them to bf16 on 4-bit models)")
+    trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
+    return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
+                 trainer=trainer, notes=notes)

@@ -1,0 +1,181 @@
+"""Instruction data for the fine-tuning chapters.
+
+The chapters fine-tune on databricks-dolly-15k, a set of instruction records
+with four text fields: ``instruction``, ``context``, ``response`` and
+``category``. Downloading it needs the Hugging Face hub, which is not always
+reachable (offline laptops, firewalled classrooms, CI). So this package also
+ships 1,200 small, templated records with exactly the same fields, written by
+``scripts/make_instructions.py`` (see ``data/LICENSE-instructions.md``).
+
+Typical use::
+
+    from course_utils.data import load_instructions, to_text_dataset
+
+    ds = load_instructions("dolly", n=500)   # the hub if reachable, else the shipped copy
+    print(ds.info.description)               # "source: hub" or "source: shipped"
+    train = to_text_dataset(ds)              # one "text" column, ready for SFTTrainer
+
+Which source was used is recorded in ``ds.info.description``: it is exactly
+``"source: hub"`` or ``"source: shipped"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import datasets
+
+SHIPPED_PATH: Path = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
+DOLLY_HUB_ID = "databricks/databricks-dolly-15k"
+FIELDS = ("instruction", "context", "response", "category")
+
+SOURCES = ("auto", "hub", "shipped")
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def _check_n(n: int | None) -> None:
+    """Raise ValueError unless n is None or a positive int."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n must be a positive int or None (meaning all records), got {n!r}")
+
+
+def _first(ds: datasets.Dataset, n: int | None) -> datasets.Dataset:
+    """Return the first n rows of ds (all of them if n is None or larger)."""
+    return ds if n is None else ds.select(range(min(n, len(ds))))
+
+
+def _read_shipped() -> list[dict[str, str]]:
+    """Read the shipped JSON-lines file into a list of dicts."""
+    with SHIPPED_PATH.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _offline_mode() -> bool:
+    """Return True if HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) is set to a truthy value."""
+    return any(
+        os.environ.get(var, "").strip().lower() in _TRUTHY
+        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Return True if huggingface.co answers on port 443 (False when offline mode is set)."""
+    if _offline_mode():
+        return False
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+            return True
+    except OSError:  # no DNS, refused, timed out, no route...
+        return False
+
+
+def load_shipped(n: int | None = None) -> datasets.Dataset:
+    """Return the shipped offline records (the first n if given), columns in FIELDS order."""
+    _check_n(n)
+    records = _read_shipped()[:n]
+    columns = {field: [r[field] for r in records] for field in FIELDS}
+    info = datasets.DatasetInfo(description="source: shipped")
+    return datasets.Dataset.from_dict(columns, info=info)
+
+
+def _load_hub(n: int | None) -> datasets.Dataset:
+    """Download dolly from the hub and keep the first n rows and the FIELDS columns."""
+    ds = datasets.load_dataset(DOLLY_HUB_ID, split="train")
+    ds = _first(ds, n).select_columns(list(FIELDS))
+    ds.info.description = "source: hub"
+    return ds
+
+
+def _describe(exc: Exception) -> str:
+    """Return "TypeName: first line of the message" (shortened) for one exception."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
+
+
+def _fallback(reason: str, n: int | None) -> datasets.Dataset:
+    """Warn (and print to stderr) that the hub failed, then return the shipped records."""
+    message = (
+        f"Could not reach the Hugging Face hub for {DOLLY_HUB_ID} ({reason}); "
+        f"using the {len(_read_shipped()):,} shipped offline examples instead "
+        f"(course_utils/data/{SHIPPED_PATH.name})."
+    )
+    warnings.warn(message, stacklevel=3)
+    print(message, file=sys.stderr)
+    return load_shipped(n)
+
+
+def load_instructions(
+    name: str = "dolly", n: int | None = None, *, source: str = "auto"
+) -> datasets.Dataset:
+    """Load dolly: source="auto" tries the hub, then the shipped copy; "hub"/"shipped" pick one."""
+    if name != "dolly":
+        raise ValueError(f"Unknown instruction data set {name!r}; the only valid name is 'dolly'.")
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    _check_n(n)
+
+    if source == "shipped":
+        return load_shipped(n)
+
+    if source == "hub":
+        hint = 'use load_instructions("dolly", source="shipped") for the offline copy.'
+        if not hub_reachable():
+            raise RuntimeError(
+                f"The Hugging Face hub could not be reached for {DOLLY_HUB_ID}; {hint}"
+            )
+        try:
+            return _load_hub(n)
+        except Exception as exc:
+            raise RuntimeError(
+                f"Loading {DOLLY_HUB_ID} from the hub failed ({type(exc).__name__}); {hint}"
+            ) from exc
+
+    # source == "auto": try the hub, fall back to the shipped copy.
+    if not hub_reachable():
+        reason = "HF_HUB_OFFLINE is set" if _offline_mode() else "huggingface.co:443 did not answer"
+        return _fallback(reason, n)
+    try:
+        return _load_hub(n)
+    except Exception as exc:
+        return _fallback(_describe(exc), n)
+
+
+def format_prompt(record: Mapping[str, str]) -> str:
+    """Turn one record into training text (Alpaca/dolly layout; no Context block if it is empty)."""
+    missing = [field for field in ("instruction", "response") if field not in record]
+    if missing:
+        raise ValueError(
+            f"format_prompt needs the field(s) {missing} but the record only has {sorted(record)}. "
+            'Note: the source chapter used dataset_text_field="text", which fails on dolly because '
+            'dolly has no "text" column; that is why we build the text with format_prompt.'
+        )
+    parts = [f"### Instruction:\n{record['instruction'].strip()}"]
+    context = (record.get("context") or "").strip()
+    if context:
+        parts.append(f"### Context:\n{context}")
+    parts.append(f"### Response:\n{record['response'].strip()}")
+    return "\n\n".join(parts)
+
+
+def _text_column(record: Mapping[str, str]) -> dict[str, str]:
+    """Map one record to {"text": formatted prompt}."""
+    return {"text": format_prompt(record)}
+
+
+def to_text_dataset(ds: datasets.Dataset) -> datasets.Dataset:
+    """Return a dataset with a single "text" column built with format_prompt."""
+    return ds.map(_text_column, remove_columns=ds.column_names, desc="Formatting prompts")
+
+
+def corpus_text(n: int | None = None) -> list[str]:
+    """Return the formatted texts of the shipped records (the first n if given)."""
+    _check_n(n)
+    return [format_prompt(r) for r in _read_shipped()[:n]]

@@ -1,0 +1,310 @@
+"""measure(recipe): train a recipe for a few steps in a fresh process and return what it used.
+
+The child process builds the recipe, then runs:
+  warm-up steps   (first-step allocations, optimizer state created; not measured)
+  1 tracked step  (tensor-level tracking by category: the steady-state peak)
+  timed steps     (tracker off, so its bookkeeping does not slow the clock: tokens/s)
+and writes a Measurement as JSON. The parent shows a progress bar, stores the result, and returns it.
+Running out of memory is a result ("does not fit"), not a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .recipe import Recipe
+from .results import Measurement, ResultStore, default_store
+
+PROGRESS = "@@course-progress"
+
+
+class MeasurementError(RuntimeError):
+    """The training process failed for a reason other than memory; the message has its log's tail."""
+
+
+# ---------------------------------------------------------------------------------------------
+# parent side
+# ---------------------------------------------------------------------------------------------
+def measure(
+    recipe: Recipe,
+    *,
+    store: ResultStore | None = None,
+    force: bool = False,
+    budget_gib: float | None = None,
+    progress: bool = True,
+    timeout_s: float | None = None,
+) -> Measurement:
+    """Measure one recipe in a fresh process, or return the stored result of an identical run.
+
+    budget_gib simulates a smaller device: past it, the run stops and is marked "does not fit".
+    force=True re-runs even when the store already has this recipe in this environment.
+    """
+    from .hardware import environment
+
+    store = store or default_store()
+    env = environment()
+    if not force and budget_gib is None:
+        found = store.find(recipe, env.key)
+        if found is not None:
+            found.cached = True
+            return found
+    result = _run_child(recipe, budget_gib, progress, timeout_s)
+    if budget_gib is None:
+        store.add(result)
+    return result
+
+
+def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout_s: float | None) -> Measurement:
+    """Start `python -m course_utils.measure`, relay its progress, read its JSON result."""
+    with tempfile.TemporaryDirectory(prefix="course-measure-") as tmp:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "course_utils.measure", "--recipe", json.dumps(recipe.to_dict()), "--out", str(out)]
+        if budget_gib is not None:
+            cmd += ["--budget-gib", str(budget_gib)]
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command())
+        log: list[str] = []
+        bar = _progress_bar(recipe, progress)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                if line.startswith(PROGRESS):
+                    step = int(line.split()[1])
+                    if bar is not None:
+                        bar.update(step - bar.n)
+                else:
+                    log.append(line)
+                if deadline and time.monotonic() > deadline:
+                    proc.kill()
+                    raise MeasurementError(f"measuring {recipe.name!r} took longer than {timeout_s} s; stopped it.")
+            code = proc.wait()
+        finally:
+            if bar is not None:
+                bar.close()
+            if proc.poll() is None:
+                proc.kill()
+        if out.exists():
+            return Measurement.from_dict(json.loads(out.read_text()))
+        tail = "".join(log[-40:])
+        if code in (-9, 137):  # the kernel's out-of-memory killer on CPU
+            return _does_not_fit(recipe, "the training process was killed (out of host memory)")
+        raise MeasurementError(f"measuring {recipe.name!r} failed (exit code {code}). Last lines of its log:\n{tail}")
+
+
+def _progress_bar(recipe: Recipe, enabled: bool):
+    """A tqdm bar over the recipe's optimizer steps (auto: notebook widget or terminal)."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=recipe.steps, desc=recipe.name[:40], unit="step", leave=False)
+
+
+def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
+    """A 'does not fit' result, for when the process died before it could write one."""
+    from .hardware import environment
+
+    env = environment()
+    return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
+                       status="does_not_fit", error=why, date=_now(), command=_command())
+
+
+# ---------------------------------------------------------------------------------------------
+# child side
+# ---------------------------------------------------------------------------------------------
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _command() -> str:
+    """The command that asked for this measurement (the parent's, passed down to the child)."""
+    if os.environ.get("COURSE_COMMAND"):
+        return os.environ["COURSE_COMMAND"]
+    argv = list(sys.argv)
+    if argv and argv[0].endswith(("ipykernel_launcher.py", "ipykernel/__main__.py")):
+        return "jupyter notebook"
+    return shlex.join([Path(argv[0]).name] + argv[1:]) if argv and argv[0] else "python (interactive)"
+
+
+def _env_dict(env) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(env)
+
+
+class _Probe:
+    """Trainer callback + hooks: phases for the tracker, the tracked step, timing, losses."""
+
+    def __init__(self, recipe: Recipe, tracker, device: str):
+        self.recipe, self.tracker, self.device = recipe, tracker, device
+        self.losses: list[float] = []
+        self.tokens = 0
+        self.timed_tokens = 0
+        self.t_start = None
+        self.t_end = None
+        self.tracking = False
+        self.warmup_peak = None
+        self.cuda_peaks = (None, None)
+
+    # module hooks: the outermost forward marks the activations phase
+    def forward_pre(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            self.tokens += ids.numel()
+        self.tracker.phase = "forward"
+
+    def forward_post(self, module, args, kwargs, output):
+        self.tracker.phase = "after_forward"
+
+    def grad_ready(self, param):
+        if self.tracking:
+            self.tracker.classify([param.grad], "gradients")
+
+    # trainer callbacks
+    def _sync(self):
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def on_step_begin(self, args, state, control, model=None, optimizer=None, **kw):
+        import torch
+
+        from .memtrack import model_state_tensors, optimizer_state_tensors
+
+        if state.global_step == self.recipe.warmup_steps:  # the tracked step starts
+            self.tracker.phase = "idle"
+            self.tracker.classify(model_state_tensors(model), "parameters")
+            if optimizer is not None:
+                self.tracker.classify(optimizer_state_tensors(optimizer), "optimizer")
+            self.tracker.reset_peak()
+            if self.device == "cuda":
+                self._sync()
+                torch.cuda.reset_peak_memory_stats()
+            self.tracker.__enter__()
+            self.tracking = True
+
+    def on_pre_optimizer_step(self, args, state, control, **kw):
+        self.tracker.phase = "optimizer"
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kw):
+        from .memtrack import optimizer_state_tensors
+
+        if self.tracking and optimizer is not None:
+            self.tracker.classify(optimizer_state_tensors(optimizer), "optimizer")
+        self.tracker.phase = "idle"
+
+    def on_step_end(self, args, state, control, **kw):
+        if self.tracking:  # the tracked step is over: stop tracking, start the clock
+            self.tracker.__exit__(None, None, None)
+            self.tracking = False
+            self._sync()
+            self.t_start = time.perf_counter()
+            self.tokens_at_start = self.tokens
+        elif self.t_start is not None:
+            self._sync()
+            self.t_end = time.perf_counter()
+            self.timed_tokens = self.tokens - self.tokens_at_start
+        print(f"{PROGRESS} {state.global_step}", flush=True)
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+
+
+def _callback(probe: _Probe):
+    """Wrap the probe as a transformers TrainerCallback."""
+    from transformers import TrainerCallback
+
+    class ProbeCallback(TrainerCallback):
+        pass
+
+    cb = ProbeCallback()
+    for name in ("on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log"):
+        setattr(cb, name, getattr(probe, name))
+    return cb
+
+
+def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
+    """Build and train the recipe in this process and measure it (measure() calls this in a child)."""
+    import torch
+
+    from .build import build
+    from .hardware import GiB, device_type, environment
+    from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
+
+    if recipe.steps < recipe.warmup_steps + 2:
+        raise ValueError(
+            f"steps ({recipe.steps}) must be at least warmup_steps + 2 ({recipe.warmup_steps + 2}): "
+            "one step is tracked for memory and at least one is timed."
+        )
+    t0 = time.perf_counter()
+    device = device_type()
+    env = environment()
+    budget = int(budget_gib * GiB) if budget_gib is not None else None
+    tracker = MemoryTracker(device, budget_bytes=budget)
+    probe = _Probe(recipe, tracker, device)
+    base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
+                date=_now(), command=_command())
+    built = build(recipe, callbacks=(_callback(probe),))
+    model = built.trainer.model
+    model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
+    model.register_forward_hook(probe.forward_post, with_kwargs=True)
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(probe.grad_ready)
+    status, error = "ok", ""
+    try:
+        built.trainer.train()
+    except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
+        status = "does_not_fit"
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+        if isinstance(exc, BudgetExceeded):
+            error += f" (simulated budget {budget_gib} GiB)"
+    finally:
+        if probe.tracking:
+            tracker.__exit__(None, None, None)
+    elapsed = (probe.t_end - probe.t_start) if probe.t_end and probe.t_start else None
+    cuda = device == "cuda"
+    return Measurement(
+        **base,
+        status=status,
+        error=error,
+        peak_bytes=tracker.peak,
+        peak_by_category=dict(tracker.peak_by_category),
+        cuda_max_allocated=torch.cuda.max_memory_allocated() if cuda else None,
+        cuda_max_reserved=torch.cuda.max_memory_reserved() if cuda else None,
+        tokens_per_s=round(probe.timed_tokens / elapsed, 1) if elapsed and status == "ok" else None,
+        losses=probe.losses,
+        precision=built.precision,
+        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        model_bytes=tensor_bytes(model_state_tensors(model)),
+        duration_s=round(time.perf_counter() - t0, 2),
+        notes=built.notes,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Child entry point: python -m course_utils.measure --recipe JSON --out FILE."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--recipe", required=True, help="Recipe as JSON (Recipe.to_dict())")
+    parser.add_argument("--out", required=True, help="where to write the Measurement JSON")
+    parser.add_argument("--budget-gib", type=float, default=None)
+    args = parser.parse_args(argv)
+    recipe = Recipe.from_dict(json.loads(args.recipe))
+    result = run_here(recipe, args.budget_gib)
+    Path(args.out).write_text(result.to_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

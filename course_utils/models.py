@@ -1,0 +1,235 @@
+"""Models: the embedded tiny default (offline), config-only presets of real architectures, hub ids.
+
+Every model, tiny or 8B, is loaded by the same `AutoModelForCausalLM.from_pretrained` call in
+`build.py`, quantization included. The tiny model and the presets are first written to a local
+folder with `save_pretrained`, so "loading" means the same thing as for a hub model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+TINY = "tiny"
+
+# The tiny default: a Llama-architecture model small enough to train on 2 CPU cores in seconds,
+# big enough that every technique's effect shows in the measured memory categories.
+TINY_CONFIG = dict(
+    hidden_size=256,
+    intermediate_size=768,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    num_key_value_heads=4,  # grouped-query attention, as in Llama 3
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+    initializer_range=0.02,
+)
+TINY_VOCAB = 4096  # BPE merges trained on the shipped data (the model's vocab is rounded up to 64)
+TINY_SEED = 0
+
+# Published shapes of real architectures (from each model's config.json). Built with random weights
+# on a GPU, with no download: memory and speed do not depend on the weight values.
+_LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192, "rope_theta": 500000.0}
+PRESETS: dict[str, dict] = {
+    "llama-3.1-8b": dict(model_type="llama", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                         max_position_embeddings=131072, rms_norm_eps=1e-5, rope_parameters=_LLAMA3_ROPE,
+                         tie_word_embeddings=False, hub_id="meta-llama/Llama-3.1-8B"),
+    "llama-3.1-70b": dict(model_type="llama", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                          num_attention_heads=64, num_key_value_heads=8, vocab_size=128256,
+                          max_position_embeddings=131072, rms_norm_eps=1e-5, rope_parameters=_LLAMA3_ROPE,
+                          tie_word_embeddings=False, hub_id="meta-llama/Llama-3.1-70B"),
+    "llama-2-7b": dict(model_type="llama", hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                       max_position_embeddings=4096, rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                       tie_word_embeddings=False, hub_id="meta-llama/Llama-2-7b-hf"),
+    "llama-2-13b": dict(model_type="llama", hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                        num_attention_heads=40, num_key_value_heads=40, vocab_size=32000,
+                        max_position_embeddings=4096, rms_norm_eps=1e-5,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        tie_word_embeddings=False, hub_id="meta-llama/Llama-2-13b-hf"),
+    "mistral-7b": dict(model_type="mistral", hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                       num_attention_heads=32, num_key_value_heads=8, vocab_size=32768,
+                       max_position_embeddings=32768, rms_norm_eps=1e-5,
+                       rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                       sliding_window=None, tie_word_embeddings=False, hub_id="mistralai/Mistral-7B-v0.3"),
+    "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                         max_position_embeddings=131072, rms_norm_eps=1e-5,
+                         rope_parameters={**_LLAMA3_ROPE, "factor": 32.0},
+                         tie_word_embeddings=True, hub_id="meta-llama/Llama-3.2-1B"),
+}
+
+
+class ModelUnavailableError(RuntimeError):
+    """A model id cannot be loaded here; the message says how to use the embedded default instead."""
+
+
+def course_home() -> Path:
+    """Where built models and the results store live: $COURSE_HOME, else ~/.cache/memory-efficient-training."""
+    home = os.environ.get("COURSE_HOME") or Path.home() / ".cache" / "memory-efficient-training"
+    return Path(home)
+
+
+def preset_config(name: str):
+    """A transformers config for a preset architecture (no weights, no download)."""
+    from transformers import AutoConfig
+
+    spec = dict(PRESETS[name.lower()])
+    spec.pop("hub_id")
+    model_type = spec.pop("model_type")
+    rope = spec.pop("rope_parameters", None)
+    config = AutoConfig.for_model(model_type, **spec)
+    if rope is not None:
+        config.rope_parameters = rope
+    config.dtype = "bfloat16"
+    return config
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """An exclusive lock, so two processes never build the same model at once."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _tiny_fingerprint() -> str:
+    """Changes whenever the tiny model's recipe or the shipped data change, so the cache rebuilds."""
+    from .data import SHIPPED_PATH
+
+    h = hashlib.sha256(json.dumps([TINY_CONFIG, TINY_VOCAB, TINY_SEED, 2], sort_keys=True).encode())
+    h.update(SHIPPED_PATH.read_bytes())
+    return h.hexdigest()[:10]
+
+
+def build_tokenizer(texts: list[str], vocab_size: int = TINY_VOCAB):
+    """Train a byte-level BPE tokenizer on `texts`, wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|pad|>", "<|bos|>", "<|eos|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", tok.token_to_id("<|bos|>"))]
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>",
+                                   pad_token="<|pad|>", model_max_length=TINY_CONFIG["max_position_embeddings"])
+
+
+def tiny_model_path(rebuild: bool = False) -> Path:
+    """Build the embedded tiny model once (tokenizer + random Llama weights), return its folder."""
+    target = course_home() / "models" / f"tiny-llama-{_tiny_fingerprint()}"
+    if target.exists() and not rebuild:
+        return target
+    with _file_lock(target.with_suffix(".lock")):
+        if target.exists() and not rebuild:
+            return target
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from .data import corpus_text
+
+        tokenizer = build_tokenizer(corpus_text())
+        vocab = -(-len(tokenizer) // 64) * 64
+        config = LlamaConfig(vocab_size=vocab, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, **TINY_CONFIG)
+        torch.manual_seed(TINY_SEED)
+        model = LlamaForCausalLM(config)
+        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    return target
+
+
+def preset_path(name: str, rebuild: bool = False) -> Path:
+    """Write a preset architecture with random bf16 weights to disk once (needs a GPU for big ones)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    name = name.lower()
+    target = course_home() / "models" / f"random-{name}"
+    if target.exists() and not rebuild:
+        return target
+    with _file_lock(target.with_suffix(".lock")):
+        if target.exists() and not rebuild:
+            return target
+        config = preset_config(name)
+        tokenizer_dir = tiny_model_path()  # any tokenizer whose ids fit the vocabulary will do
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        torch.manual_seed(0)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+        model.save_pretrained(tmp, max_shard_size="5GB")
+        del model
+        from transformers import AutoTokenizer
+
+        AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(tmp)
+        (tmp / "RANDOM_WEIGHTS.txt").write_text(
+            f"Random weights with the published shape of {PRESETS[name]['hub_id']}; built locally, no download.\n"
+        )
+        os.replace(tmp, target)
+    return target
+
+
+def is_preset(model: str) -> bool:
+    """True for a name in PRESETS (case-insensitive)."""
+    return model.lower() in PRESETS
+
+
+def resolve_model(model: str) -> str:
+    """Turn a recipe's model into something `from_pretrained` can load: a local folder or a hub id.
+
+    Raises ModelUnavailableError at once (not after a 46 s hub time-out) when a hub id cannot be
+    reached, and says how to use the embedded default instead.
+    """
+    from .data import hub_reachable
+
+    if model == TINY:
+        return str(tiny_model_path())
+    if is_preset(model):
+        return str(preset_path(model))
+    if Path(model).expanduser().is_dir():
+        return str(Path(model).expanduser())
+    if _in_hub_cache(model) or hub_reachable():
+        return model
+    raise ModelUnavailableError(
+        f"Model {model!r} is not a local folder and the Hugging Face hub cannot be reached "
+        "(offline, or HF_HUB_OFFLINE is set). Use model='tiny' for the embedded default (no download), "
+        f"or a preset with random weights and a real shape ({', '.join(PRESETS)}), "
+        "or download the model first and pass its local folder."
+    )
+
+
+def _in_hub_cache(model_id: str) -> bool:
+    """True when a hub model's config is already in the local hub cache."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except Exception:
+        return False

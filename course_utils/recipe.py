@@ -1,0 +1,232 @@
+"""Recipe: every knob the chapter teaches, in one frozen dataclass.
+
+A notebook "adds one technique" with ``recipe.with_(gradient_checkpointing=True)``. A recipe has a
+stable key, so a measurement of it can be stored and found again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# Optimizers the chapter teaches, plus the usual alternatives; any name in transformers'
+# OptimizerNames is accepted too (checked in validate()).
+CHAPTER_OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit")
+BNB_OPTIMIZERS_PREFIXES = ("paged_", "adamw_8bit", "adamw_bnb", "lion_", "ademamix", "rmsprop_bnb")
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class RecipeError(ValueError):
+    """A recipe knob has a value that cannot work; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training configuration. Every field is a technique or a size the chapter talks about."""
+
+    model: str = "tiny"  # "tiny" (embedded, offline), a preset such as "llama-3.1-8b", or a hub id/path
+    load_in_4bit: bool = False  # QLoRA: NF4 base weights through bitsandbytes
+    double_quant: bool = True  # quantize the 4-bit scales too (about 0.37 bits/param saved)
+    lora_r: int | None = 16  # None means full fine-tuning
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_targets: tuple[str, ...] = DEFAULT_TARGETS
+    precision: str = "fp32"  # "auto" picks bf16 / fp16 / fp32 from the hardware
+    gradient_checkpointing: bool = False
+    micro_batch: int = 4  # per_device_train_batch_size
+    grad_accum: int = 1  # gradient_accumulation_steps
+    optimizer: str = "adamw_torch"
+    max_seq_length: int = 256
+    steps: int = 8  # optimizer steps
+    warmup_steps: int = 2  # steps excluded from tokens/s and from the peak (first-step allocations)
+    learning_rate: float = 2e-4
+    seed: int = 0
+    prepare_kbit: bool = True  # call peft's prepare_model_for_kbit_training on 4-bit models
+    label: str = field(default="", compare=False)  # display name only; not part of the key
+
+    def __post_init__(self) -> None:
+        # lists from JSON or from a learner become tuples, so the recipe stays hashable
+        if not isinstance(self.lora_targets, tuple):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        self.validate()
+
+    # --- derived -------------------------------------------------------------------------------
+    @property
+    def effective_batch(self) -> int:
+        """Sequences per optimizer step: micro-batch times accumulation steps."""
+        return self.micro_batch * self.grad_accum
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens per optimizer step (sequences are packed to exactly max_seq_length)."""
+        return self.effective_batch * self.max_seq_length
+
+    @property
+    def uses_lora(self) -> bool:
+        """True for LoRA / QLoRA, False for full fine-tuning."""
+        return self.lora_r is not None
+
+    @property
+    def uses_bitsandbytes(self) -> bool:
+        """True when the recipe needs bitsandbytes (4-bit weights or an 8-bit/paged optimizer)."""
+        return self.load_in_4bit or self.optimizer.startswith(BNB_OPTIMIZERS_PREFIXES)
+
+    # --- identity ------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict of every field."""
+        d = dataclasses.asdict(self)
+        d["lora_targets"] = list(self.lora_targets)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Recipe":
+        """Inverse of to_dict; unknown keys are an error that names them."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise RecipeError(f"Unknown recipe field(s) {unknown}; valid fields are {sorted(names)}.")
+        return cls(**d)
+
+    @property
+    def key(self) -> str:
+        """Stable 12-hex-digit hash of every field that changes the measurement (not the label)."""
+        d = self.to_dict()
+        d.pop("label")
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def with_(self, **changes: Any) -> "Recipe":
+        """A copy with some knobs changed: how a notebook adds one technique."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise RecipeError(f"Unknown recipe field(s) {unknown}; valid fields are {sorted(names)}.")
+        if "label" not in changes:
+            changes["label"] = ""
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """One short line a learner can read: the techniques this recipe uses."""
+        parts = []
+        if self.load_in_4bit:
+            parts.append("4-bit NF4" + (" +DQ" if self.double_quant else ""))
+        parts.append(f"LoRA r={self.lora_r}" if self.uses_lora else "full FT")
+        parts.append(self.precision)
+        if self.gradient_checkpointing:
+            parts.append("ckpt")
+        parts.append(f"{self.micro_batch}x{self.grad_accum}")
+        parts.append(self.optimizer)
+        parts.append(f"seq {self.max_seq_length}")
+        return ", ".join(parts)
+
+    @property
+    def name(self) -> str:
+        """The label if one was given, else the description."""
+        return self.label or self.describe()
+
+    # --- validation ----------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Reject values that cannot work, with a message that says what to do instead."""
+        for knob in ("micro_batch", "grad_accum", "max_seq_length", "steps"):
+            value = getattr(self, knob)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise RecipeError(f"{knob} must be a positive whole number, got {value!r}.")
+        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise RecipeError(f"warmup_steps must be 0 or more, got {self.warmup_steps!r}.")
+        if self.warmup_steps >= self.steps:
+            raise RecipeError(
+                f"warmup_steps ({self.warmup_steps}) must be smaller than steps ({self.steps}): "
+                "tokens/s is measured on the steps after warm-up. Raise steps or lower warmup_steps."
+            )
+        if self.precision not in PRECISIONS:
+            raise RecipeError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
+        if self.lora_r is not None and (not isinstance(self.lora_r, int) or self.lora_r <= 0):
+            raise RecipeError(f"lora_r must be a positive whole number or None (full fine-tune), got {self.lora_r!r}.")
+        if self.load_in_4bit and not self.uses_lora:
+            raise RecipeError(
+                "load_in_4bit=True needs LoRA (lora_r set): 4-bit weights cannot be trained directly. "
+                "Set lora_r=16, or load_in_4bit=False for a full fine-tune."
+            )
+        if self.uses_lora and not self.lora_targets:
+            raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
+        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+            raise RecipeError(f"learning_rate must be positive, got {self.learning_rate!r}.")
+        _check_optimizer(self.optimizer)
+
+
+def known_optimizers() -> list[str]:
+    """Every optimizer name the installed transformers accepts for `optim=`."""
+    from transformers.training_args import OptimizerNames
+
+    return [o.value for o in OptimizerNames]
+
+
+def _check_optimizer(name: str) -> None:
+    """Unknown optimizer names fail here, not halfway into a training run."""
+    if name in CHAPTER_OPTIMIZERS:
+        return
+    try:
+        valid = known_optimizers()
+    except Exception:  # transformers missing: only the chapter's names are known
+        valid = list(CHAPTER_OPTIMIZERS)
+    if name not in valid:
+        import difflib
+
+        close = difflib.get_close_matches(name, valid, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise RecipeError(
+            f"Unknown optimizer {name!r}.{hint} The chapter uses {', '.join(CHAPTER_OPTIMIZERS)}; "
+            "any name in transformers' OptimizerNames works."
+        )
+
+
+# The chapter's ladder on any model: start from a plain LoRA baseline, add one technique per rung.
+LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("baseline (LoRA, fp32)", {}),
+    ("+ gradient checkpointing", {"gradient_checkpointing": True}),
+    ("+ accumulation (micro-batch 1)", {"micro_batch": 1, "grad_accum": 4}),
+    ("+ 8-bit AdamW", {"optimizer": "adamw_8bit"}),
+    ("+ paged 8-bit AdamW", {"optimizer": "paged_adamw_8bit"}),
+    ("+ mixed precision", {"precision": "auto"}),
+    ("+ 4-bit QLoRA (NF4, double quant)", {"load_in_4bit": True}),
+    ("+ shorter sequences", {"max_seq_length": 128}),
+)
+
+
+def ladder(base: Recipe | None = None) -> list[Recipe]:
+    """The chapter's recipes in order, each adding one technique to the rung before it."""
+    recipe = base or Recipe()
+    rungs = []
+    for label, changes in LADDER_STEPS:
+        if "max_seq_length" in changes:
+            changes = {"max_seq_length": max(16, recipe.max_seq_length // 2)}
+        if "grad_accum" in changes:
+            changes = {"micro_batch": 1, "grad_accum": recipe.micro_batch * recipe.grad_accum}
+        recipe = recipe.with_(**changes, label=label)
+        rungs.append(recipe)
+    return rungs
+
+
+def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
+    """The source chapter's complete script as a Recipe (its settings, our current APIs)."""
+    return Recipe(
+        model=model,
+        load_in_4bit=True,
+        double_quant=True,
+        lora_r=16,
+        lora_alpha=32,
+        lora_dropout=0.05,
+        lora_targets=DEFAULT_TARGETS,
+        precision="bf16",
+        gradient_checkpointing=True,
+        micro_batch=1,
+        grad_accum=16,
+        optimizer="paged_adamw_8bit",
+        max_seq_length=512,
+        learning_rate=2e-4,
+        label="source chapter recipe",
+    )

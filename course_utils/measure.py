@@ -242,11 +242,6 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
     from .hardware import GiB, device_type, environment
     from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
 
-    if recipe.steps < recipe.warmup_steps + 2:
-        raise ValueError(
-            f"steps ({recipe.steps}) must be at least warmup_steps + 2 ({recipe.warmup_steps + 2}): "
-            "one step is tracked for memory and at least one is timed."
-        )
     t0 = time.perf_counter()
     device = device_type()
     env = environment()
@@ -308,3 +303,33 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False,
+               progress: bool = True) -> tuple[list[Measurement], dict[int, str]]:
+    """Measure the chapter's ladder from `base`, one technique added per rung.
+
+    Returns the measurements in order and the rungs skipped here, with the reason (on a CPU,
+    mixed precision resolves to fp32, so that rung is the one before it).
+    """
+    from tqdm.auto import tqdm
+
+    from .hardware import device_type, resolve_precision
+    from .recipe import ladder
+
+    rungs = ladder(base)
+    results: list[Measurement] = []
+    skipped: dict[int, str] = {}
+    previous = None
+    bar = tqdm(rungs, desc="ladder", unit="recipe", disable=not progress)
+    for i, rung in enumerate(bar):
+        rung = rung.with_(precision=resolve_precision(rung.precision), label=rung.label)
+        bar.set_postfix_str(rung.label[:30])
+        if previous is not None and rung.key == previous.recipe_key:
+            skipped[i] = f"precision=auto is {rung.precision} on {device_type()}: same recipe as the rung above"
+            results.append(Measurement(**{**previous.__dict__, "recipe": rung.to_dict(), "cached": True}))
+            continue
+        previous = measure(rung, store=store, force=force, progress=progress)
+        previous.recipe["label"] = rung.label  # the stored label may come from another run
+        results.append(previous)
+    return results, skipped

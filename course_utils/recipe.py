@@ -137,10 +137,10 @@ class Recipe:
                 raise RecipeError(f"{knob} must be a positive whole number, got {value!r}.")
         if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise RecipeError(f"warmup_steps must be 0 or more, got {self.warmup_steps!r}.")
-        if self.warmup_steps >= self.steps:
+        if self.steps < self.warmup_steps + 2:
             raise RecipeError(
-                f"warmup_steps ({self.warmup_steps}) must be smaller than steps ({self.steps}): "
-                "tokens/s is measured on the steps after warm-up. Raise steps or lower warmup_steps."
+                f"steps ({self.steps}) must be at least warmup_steps + 2 ({self.warmup_steps + 2}): after the "
+                "warm-up, one step is tracked for memory and at least one is timed. Raise steps or lower warmup_steps."
             )
         if self.precision not in PRECISIONS:
             raise RecipeError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")

@@ -187,3 +187,48 @@ def summary_row(m: Measurement) -> dict[str, Any]:
     row["tokens/s"] = m.tokens_per_s
     row["final loss"] = m.final_loss
     return row
+
+
+def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:
+    """A plain-text table: recipe, MiB per category at the peak, peak, tokens/s, final loss.
+
+    `skipped` maps a row position to a reason; such rows print the reason instead of numbers.
+    """
+    cats = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+    cuda = any(m.cuda_max_allocated for m in measurements)
+    head = ["recipe", "params", "grads", "optim", "activ", "temps", "peak"]
+    head += ["cuda alloc", "cuda rsrvd"] if cuda else []
+    head += ["tokens/s", "loss"]
+    width = max([len("recipe")] + [len(m.label) for m in measurements]) + 2
+    lines = [f"{head[0]:<{width}}" + "".join(f"{h:>11}" for h in head[1:]),
+             f"{'':<{width}}" + "".join(f"{'(MiB)':>11}" for _ in head[1:-2]) + f"{'':>11}{'(final)':>11}"]
+    for i, m in enumerate(measurements):
+        if skipped and i in skipped:
+            lines.append(f"{m.label:<{width}}  skipped: {skipped[i]}")
+            continue
+        if not m.fits:
+            lines.append(f"{m.label:<{width}}  does not fit: {m.error}")
+            continue
+        cells = [f"{m.mib(c):11.1f}" for c in cats] + [f"{m.mib('peak'):11.1f}"]
+        if cuda:
+            cells += [f"{(m.cuda_max_allocated or 0) / MiB:11.1f}", f"{(m.cuda_max_reserved or 0) / MiB:11.1f}"]
+        cells.append(f"{m.tokens_per_s:11.0f}" if m.tokens_per_s else f"{'-':>11}")
+        cells.append(f"{m.final_loss:11.3f}" if m.final_loss is not None else f"{'-':>11}")
+        lines.append(f"{m.label:<{width}}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def describe_change(before: Measurement, after: Measurement) -> str:
+    """One line: how the peak and speed moved from one rung to the next, and the category that moved most."""
+    if not (before.fits and after.fits):
+        return f"{after.label}: " + ("does not fit" if not after.fits else "previous rung did not fit")
+    cats = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+    deltas = {c: (after.peak_by_category.get(c, 0) - before.peak_by_category.get(c, 0)) / MiB for c in cats}
+    biggest = max(deltas, key=lambda c: abs(deltas[c]))
+    peak = (after.peak_bytes - before.peak_bytes) / MiB
+    pct = 100 * peak / (before.peak_bytes / MiB) if before.peak_bytes else 0.0
+    speed = ""
+    if before.tokens_per_s and after.tokens_per_s:
+        speed = f", speed {100 * (after.tokens_per_s / before.tokens_per_s - 1):+.0f}%"
+    return (f"{after.label}: peak {peak:+.1f} MiB ({pct:+.0f}%){speed}; "
+            f"largest change in {biggest} ({deltas[biggest]:+.1f} MiB)")

@@ -1,0 +1,99 @@
+"""Plots: memory against speed (every technique so far), and where the bytes went."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .results import MiB, Measurement
+
+CATEGORY_COLORS = {
+    "parameters": "#4C72B0",
+    "gradients": "#DD8452",
+    "optimizer": "#55A868",
+    "activations": "#C44E52",
+    "temporaries": "#8172B3",
+    "other": "#937860",
+}
+
+
+def _peak_mib(m: Measurement) -> float:
+    """The peak to plot: CUDA's max allocated where we have it, else the tensor-level peak."""
+    return (m.cuda_max_allocated or m.peak_bytes) / MiB
+
+
+def memory_vs_speed(
+    measurements: Sequence[Measurement],
+    reference: Sequence[Measurement] = (),
+    ax=None,
+    title: str = "Peak memory against speed",
+):
+    """Scatter of peak memory (y) against tokens/s (x), one labelled point per recipe, in order.
+
+    The learner's points are joined in the order they were added; shipped reference points are
+    drawn hollow, labelled with their hardware. Recipes that did not fit are listed, not plotted.
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 5))
+    groups = [(list(measurements), "o", True)]
+    if reference:
+        groups.append((list(reference), "s", False))
+    for group, marker, filled in groups:
+        fits = [m for m in group if m.fits and m.tokens_per_s]
+        if not fits:
+            continue
+        xs = [m.tokens_per_s for m in fits]
+        ys = [_peak_mib(m) for m in fits]
+        device = fits[0].env.get("device", "?")
+        label = ("this run" if filled else "reference") + f": {device}"
+        ax.plot(xs, ys, "-", color="0.75", zorder=1)
+        ax.scatter(xs, ys, marker=marker, s=60, zorder=2, label=label,
+                   facecolors=None if filled else "none", edgecolors="C0" if filled else "C1")
+        for i, (m, x, y) in enumerate(zip(fits, xs, ys), start=1):
+            ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=9)
+    if len(groups) == 1 and measurements:
+        numbered = [f"{i}. {m.label}" for i, m in enumerate([m for m in measurements if m.fits and m.tokens_per_s], 1)]
+        ax.text(1.0, 1.0, "\n".join(numbered), transform=ax.transAxes, fontsize=7, va="top", ha="right",
+                bbox=dict(facecolor="white", alpha=0.8, edgecolor="0.8"))
+    ax.set_xlabel("training speed (tokens/s, after warm-up)")
+    ax.set_ylabel("peak memory (MiB)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    misfits = [m.label for group, _, _ in groups for m in group if not m.fits]
+    if misfits:
+        ax.text(0.01, 0.01, "does not fit: " + "; ".join(misfits), transform=ax.transAxes, fontsize=7, color="C3")
+    return ax
+
+
+def memory_breakdown(measurements: Sequence[Measurement], ax=None, title: str = "Where the peak's bytes went"):
+    """Stacked horizontal bars: the peak of each recipe split by category."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * len(measurements)))
+    names = [f"{i}. {m.label}" for i, m in enumerate(measurements, 1)]
+    left = [0.0] * len(measurements)
+    for cat, color in CATEGORY_COLORS.items():
+        widths = [m.peak_by_category.get(cat, 0) / MiB for m in measurements]
+        ax.barh(names, widths, left=left, color=color, label=cat)
+        left = [a + b for a, b in zip(left, widths)]
+    ax.invert_yaxis()
+    ax.set_xlabel("MiB at the peak (tensor-level tracking)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=3, loc="lower right")
+    return ax
+
+
+def ladder_figure(measurements: Sequence[Measurement], reference: Sequence[Measurement] = (), path=None):
+    """The `course run` figure: memory against speed beside the breakdown; saved to `path` if given."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1.1, 1]})
+    memory_vs_speed(measurements, reference, ax=left)
+    memory_breakdown([m for m in measurements if m.fits], ax=right)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig

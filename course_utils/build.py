@@ -173,10 +173,17 @@ def sft_config_kwargs_used() -> set[str]:
 
 
 def training_dataset(recipe: Recipe):
-    """The chapter's data: dolly-style instructions (shipped offline set when the hub is away), as text."""
-    from .data import load_instructions, to_text_dataset
+    """The chapter's data, dolly-style instructions, as one "text" column.
 
-    return to_text_dataset(load_instructions("dolly", source="auto"))
+    The embedded tiny model and the random-weight presets always train on the shipped set (their
+    tokenizer was trained on it, and their runs must not depend on the network); a hub model takes
+    databricks-dolly-15k from the hub when it can, and says so when it falls back.
+    """
+    from .data import load_instructions, to_text_dataset
+    from .models import TINY, is_preset
+
+    offline_model = recipe.model == TINY or is_preset(recipe.model)
+    return to_text_dataset(load_instructions("dolly", source="shipped" if offline_model else "auto"))
 
 
 def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = None, dataset=None) -> Built:

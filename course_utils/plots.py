@@ -26,8 +26,9 @@ def memory_vs_speed(
     reference: Sequence[Measurement] = (),
     ax=None,
     title: str = "Peak memory against speed",
+    numbers_only: bool = False,
 ):
-    """Scatter of peak memory (y) against tokens/s (x), one labelled point per recipe, in order.
+    """Scatter of peak memory (y) against tokens/s (x), one numbered point per recipe, in order.
 
     The learner's points are joined in the order they were added; shipped reference points are
     drawn hollow, labelled with their hardware. Recipes that did not fit are listed, not plotted.
@@ -51,11 +52,8 @@ def memory_vs_speed(
         ax.scatter(xs, ys, marker=marker, s=60, zorder=2, label=label,
                    facecolors=None if filled else "none", edgecolors="C0" if filled else "C1")
         for i, (m, x, y) in enumerate(zip(fits, xs, ys), start=1):
-            ax.annotate(str(i), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=9)
-    if len(groups) == 1 and measurements:
-        numbered = [f"{i}. {m.label}" for i, m in enumerate([m for m in measurements if m.fits and m.tokens_per_s], 1)]
-        ax.text(1.0, 1.0, "\n".join(numbered), transform=ax.transAxes, fontsize=7, va="top", ha="right",
-                bbox=dict(facecolor="white", alpha=0.8, edgecolor="0.8"))
+            text = str(i) if numbers_only else f"{i}. {m.label}"
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("training speed (tokens/s, after warm-up)")
     ax.set_ylabel("peak memory (MiB)")
     ax.set_title(title)
@@ -91,7 +89,7 @@ def ladder_figure(measurements: Sequence[Measurement], reference: Sequence[Measu
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5.5), gridspec_kw={"width_ratios": [1.1, 1]})
-    memory_vs_speed(measurements, reference, ax=left)
+    memory_vs_speed(measurements, reference, ax=left, numbers_only=True)  # names are on the bars
     memory_breakdown([m for m in measurements if m.fits], ax=right)
     fig.tight_layout()
     if path is not None:

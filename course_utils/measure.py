@@ -190,8 +190,18 @@ class _Probe:
             if self.device == "cuda":
                 self._sync()
                 torch.cuda.reset_peak_memory_stats()
+            # On CUDA, autograd runs backward on its own device thread, where our dispatch mode is not
+            # active; for the tracked step, run backward on this thread so every allocation is seen.
+            self._single_thread = torch.autograd.set_multithreading_enabled(False)
+            self._single_thread.__enter__()
             self.tracker.__enter__()
             self.tracking = True
+
+    def stop_tracking(self):
+        """Leave the tracker and single-threaded backward."""
+        self.tracker.__exit__(None, None, None)
+        self._single_thread.__exit__(None, None, None)
+        self.tracking = False
 
     def on_pre_optimizer_step(self, args, state, control, **kw):
         self.tracker.phase = "optimizer"
@@ -205,8 +215,7 @@ class _Probe:
 
     def on_step_end(self, args, state, control, **kw):
         if self.tracking:  # the tracked step is over: stop tracking, start the clock
-            self.tracker.__exit__(None, None, None)
-            self.tracking = False
+            self.stop_tracking()
             self._sync()
             self.t_start = time.perf_counter()
             self.tokens_at_start = self.tokens
@@ -267,7 +276,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
             error += f" (simulated budget {budget_gib} GiB)"
     finally:
         if probe.tracking:
-            tracker.__exit__(None, None, None)
+            probe.stop_tracking()
     elapsed = (probe.t_end - probe.t_start) if probe.t_end and probe.t_start else None
     cuda = device == "cuda"
     return Measurement(

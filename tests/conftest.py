@@ -1,0 +1,71 @@
+"""Shared test setup: offline, a private COURSE_HOME per session, and the one shared real measurement.
+
+Cost model (2 CPU cores): importing the training stack takes ~7 s per process, and every
+`measure()` starts a fresh process (~10-15 s). So the whole suite runs at most four real
+subprocess measurements; the rest use `run_here` (the same code, in this process).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Set before any test module is collected: huggingface_hub and transformers read these at import.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+# The `course run` arguments the CLI test uses. The session's one real baseline measurement is
+# exactly that ladder's first rung, so the CLI finds it in the store instead of measuring it again.
+CLI_RUN_ARGS = ("--steps", "4", "--seq", "64", "--micro-batch", "2")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def course_home(tmp_path_factory):
+    """COURSE_HOME (built models, default results store) lives in a session temp dir."""
+    home = tmp_path_factory.mktemp("course-home")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COURSE_HOME", str(home))
+    mp.setenv("HF_HUB_OFFLINE", "1")
+    mp.setenv("TOKENIZERS_PARALLELISM", "false")
+    yield home
+    mp.undo()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(course_home):
+    """Build the embedded tiny model once per session (in this process, before any child starts)."""
+    from course_utils.models import tiny_model_path
+
+    path = tiny_model_path()
+    assert path.is_relative_to(course_home)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cli_baseline_recipe():
+    """The first rung of `course run CLI_RUN_ARGS`, built from the CLI's own parser defaults."""
+    from course_utils.cli import build_parser
+    from course_utils.recipe import Recipe, ladder
+
+    args = build_parser().parse_args(["run", *CLI_RUN_ARGS])
+    base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
+                  steps=args.steps, learning_rate=args.lr)
+    return ladder(base)[0].with_(precision="fp32", label=ladder(base)[0].label)
+
+
+@pytest.fixture(scope="session")
+def shared_store(course_home):
+    """The session's results store, shared by test_measure and test_cli."""
+    from course_utils.results import ResultStore
+
+    return ResultStore(course_home / "shared-results.jsonl")
+
+
+@pytest.fixture(scope="session")
+def baseline_measurement(tiny_model, shared_store, cli_baseline_recipe):
+    """Real subprocess measurement #1: the CLI ladder's baseline rung, stored in the shared store."""
+    from course_utils.measure import measure
+
+    return measure(cli_baseline_recipe, store=shared_store, progress=False)

@@ -1,0 +1,171 @@
+"""hardware: precision resolution (real CPU, and simulated CUDA devices), bitsandbytes, the env report."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils import hardware
+from course_utils.hardware import HardwareError, resolve_precision
+
+needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path of this machine")
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Whatever the machine, look like a CPU."""
+    monkeypatch.setattr(hardware, "device_type", lambda: "cpu")
+    monkeypatch.setattr(hardware, "compute_capability", lambda: None)
+
+
+def fake_gpu(monkeypatch, cc: tuple[int, int], name: str) -> None:
+    monkeypatch.setattr(hardware, "device_type", lambda: "cuda")
+    monkeypatch.setattr(hardware, "compute_capability", lambda: cc)
+    monkeypatch.setattr(hardware, "device_name", lambda: name)
+
+
+# --- this machine --------------------------------------------------------------------------------
+
+
+@needs_cpu_only
+def test_this_machine_is_a_cpu_and_auto_is_fp32():
+    assert hardware.device_type() == "cpu"
+    assert hardware.compute_capability() is None
+    assert "CPU" in hardware.device_name()
+    assert resolve_precision("auto") == "fp32"
+
+
+def test_fp32_is_always_fine():
+    assert resolve_precision("fp32") == "fp32"
+
+
+# --- CPU -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_auto_is_fp32_on_any_cpu(cpu, monkeypatch, has_bf16):
+    monkeypatch.setattr(hardware, "bf16_supported", lambda: has_bf16)
+    assert resolve_precision("auto") == "fp32"
+
+
+def test_bf16_without_native_support_raises_with_advice(cpu, monkeypatch):
+    monkeypatch.setattr(hardware, "bf16_supported", lambda: False)
+    with pytest.raises(HardwareError) as exc:
+        resolve_precision("bf16")
+    msg = str(exc.value)
+    assert "bf16" in msg
+    assert "this CPU" in msg
+    assert "'auto'" in msg and "'fp32'" in msg
+
+
+def test_bf16_with_native_support_is_kept(cpu, monkeypatch):
+    monkeypatch.setattr(hardware, "bf16_supported", lambda: True)
+    assert resolve_precision("bf16") == "bf16"
+
+
+def test_fp16_on_cpu_raises(cpu, monkeypatch):
+    monkeypatch.setattr(hardware, "bf16_supported", lambda: True)
+    with pytest.raises(HardwareError) as exc:
+        resolve_precision("fp16")
+    assert "fp16" in str(exc.value) and "CUDA" in str(exc.value)
+    assert "'fp32'" in str(exc.value)
+
+
+def test_hardware_error_is_a_runtime_error():
+    assert issubclass(HardwareError, RuntimeError)
+
+
+# --- simulated GPUs ------------------------------------------------------------------------------
+
+
+def test_t4_auto_is_fp16_and_bf16_raises(monkeypatch):
+    fake_gpu(monkeypatch, (7, 5), "Tesla T4")
+    assert hardware.bf16_supported() is False  # the real function, on the simulated capability
+    assert resolve_precision("auto") == "fp16"
+    assert resolve_precision("fp16") == "fp16"
+    with pytest.raises(HardwareError) as exc:
+        resolve_precision("bf16")
+    msg = str(exc.value)
+    assert "Tesla T4" in msg and "7, 5" in msg
+    assert "'auto'" in msg
+
+
+@pytest.mark.parametrize("cc, name", [((8, 0), "NVIDIA A100"), ((9, 0), "NVIDIA H100")])
+def test_ampere_and_later_auto_is_bf16(monkeypatch, cc, name):
+    fake_gpu(monkeypatch, cc, name)
+    assert hardware.bf16_supported() is True
+    assert resolve_precision("auto") == "bf16"
+    assert resolve_precision("bf16") == "bf16"
+    assert resolve_precision("fp16") == "fp16"
+
+
+# --- bitsandbytes, versions, environment ---------------------------------------------------------
+
+
+def test_bitsandbytes_is_usable_here():
+    usable, why = hardware.bitsandbytes_status()
+    assert usable is True
+    assert "bitsandbytes" in why
+    assert hardware.versions()["bitsandbytes"] in why
+
+
+def test_versions_lists_the_stack():
+    v = hardware.versions()
+    assert set(v) == {"python", *hardware.STACK}
+    assert all(v[name] != "missing" for name in hardware.STACK)
+
+
+def _env(**changes) -> hardware.Environment:
+    fields = dict(device="X", device_type="cpu", total_memory_gib=1.0, bf16=False, compute_capability=None,
+                  cuda=None, driver=None, versions={"torch": "2.0"})
+    return hardware.Environment(**(fields | changes))
+
+
+def test_environment_key_depends_on_device_and_versions():
+    assert _env().key == _env().key
+    assert len(_env().key) == 12
+    assert _env(device="Y").key != _env().key
+    assert _env(versions={"torch": "2.1"}).key != _env().key
+    assert _env(total_memory_gib=2.0).key == _env().key  # not part of comparability
+
+
+def test_environment_describes_this_machine():
+    env = hardware.environment()
+    assert env.device == hardware.device_name()
+    assert env.device_type == hardware.device_type()
+    assert env.total_memory_gib > 0
+    assert env.versions == hardware.versions()
+
+
+def test_env_report_has_ok_lines_and_the_device():
+    text, ok = hardware.env_report()
+    assert ok is True
+    assert hardware.device_name() in text
+    assert "[FAIL]" not in text
+    ok_lines = [line for line in text.splitlines() if line.startswith("[OK]")]
+    assert len(ok_lines) >= len(hardware.STACK) + 2
+    assert any("bitsandbytes" in line for line in ok_lines)
+    assert f"precision=auto resolves to: {resolve_precision('auto')}" in text
+    assert "HF_HUB_OFFLINE set" in text  # conftest sets it
+
+
+def test_env_report_fails_without_bitsandbytes(monkeypatch):
+    monkeypatch.setattr(hardware, "bitsandbytes_status", lambda: (False, "simulated failure"))
+    text, ok = hardware.env_report()
+    assert ok is False
+    assert any(line.startswith("[FAIL]") and "simulated failure" in line for line in text.splitlines())
+
+
+def test_env_report_fails_on_a_missing_package(monkeypatch):
+    real = hardware.versions
+    monkeypatch.setattr(hardware, "versions", lambda: real() | {"peft": "missing"})
+    text, ok = hardware.env_report()
+    assert ok is False
+    assert "[FAIL] peft installed (missing)" in text
+
+
+def test_missing_bf16_is_only_a_warning(monkeypatch):
+    monkeypatch.setattr(hardware, "bf16_supported", lambda: False)
+    text, ok = hardware.env_report()
+    assert ok is True
+    assert "[WARN] native bf16" in text

@@ -3,7 +3,8 @@
 The child process builds the recipe, then runs:
   warm-up steps   (first-step allocations, optimizer state created; not measured)
   1 tracked step  (tensor-level tracking by category: the steady-state peak)
-  timed steps     (tracker off, so its bookkeeping does not slow the clock: tokens/s)
+  timed steps     (tracker off, so its bookkeeping does not slow the clock: tokens/s of the
+                   median step)
 and writes a Measurement as JSON. The parent shows a progress bar, stores the result, and returns it.
 Running out of memory is a result ("does not fit"), not a crash.
 """
@@ -15,6 +16,7 @@ import datetime as _dt
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -148,9 +150,9 @@ class _Probe:
         self.recipe, self.tracker, self.device = recipe, tracker, device
         self.losses: list[float] = []
         self.tokens = 0
-        self.timed_tokens = 0
-        self.t_start = None
-        self.t_end = None
+        self.step_rates: list[float] = []  # tokens/s of each timed step
+        self._t_last = None
+        self._tokens_last = 0
         self.tracking = False
         self.warmup_peak = None
         self.cuda_peaks = (None, None)
@@ -216,13 +218,13 @@ class _Probe:
     def on_step_end(self, args, state, control, **kw):
         if self.tracking:  # the tracked step is over: stop tracking, start the clock
             self.stop_tracking()
+        elif self._t_last is not None:
             self._sync()
-            self.t_start = time.perf_counter()
-            self.tokens_at_start = self.tokens
-        elif self.t_start is not None:
+            now = time.perf_counter()
+            self.step_rates.append((self.tokens - self._tokens_last) / (now - self._t_last))
+        if state.global_step > self.recipe.warmup_steps:
             self._sync()
-            self.t_end = time.perf_counter()
-            self.timed_tokens = self.tokens - self.tokens_at_start
+            self._t_last, self._tokens_last = time.perf_counter(), self.tokens
         print(f"{PROGRESS} {state.global_step}", flush=True)
 
     def on_log(self, args, state, control, logs=None, **kw):
@@ -277,7 +279,8 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
     finally:
         if probe.tracking:
             probe.stop_tracking()
-    elapsed = (probe.t_end - probe.t_start) if probe.t_end and probe.t_start else None
+    # the median step, so one step slowed by a busy machine does not move the figure
+    rate = statistics.median(probe.step_rates) if probe.step_rates and status == "ok" else None
     cuda = device == "cuda"
     return Measurement(
         **base,
@@ -287,7 +290,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
         peak_by_category=dict(tracker.peak_by_category),
         cuda_max_allocated=torch.cuda.max_memory_allocated() if cuda else None,
         cuda_max_reserved=torch.cuda.max_memory_reserved() if cuda else None,
-        tokens_per_s=round(probe.timed_tokens / elapsed, 1) if elapsed and status == "ok" else None,
+        tokens_per_s=round(rate, 1) if rate else None,
         losses=probe.losses,
         precision=built.precision,
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),

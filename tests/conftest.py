@@ -44,15 +44,22 @@ def tiny_model(course_home):
 
 
 @pytest.fixture(scope="session")
+def cli_run_args() -> tuple[str, ...]:
+    return CLI_RUN_ARGS
+
+
+@pytest.fixture(scope="session")
 def cli_baseline_recipe():
     """The first rung of `course run CLI_RUN_ARGS`, built from the CLI's own parser defaults."""
     from course_utils.cli import build_parser
+    from course_utils.hardware import resolve_precision
     from course_utils.recipe import Recipe, ladder
 
     args = build_parser().parse_args(["run", *CLI_RUN_ARGS])
     base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
                   steps=args.steps, learning_rate=args.lr)
-    return ladder(base)[0].with_(precision="fp32", label=ladder(base)[0].label)
+    rung = ladder(base)[0]
+    return rung.with_(precision=resolve_precision(rung.precision), label=rung.label)  # as run_ladder does
 
 
 @pytest.fixture(scope="session")

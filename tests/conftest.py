@@ -8,6 +8,7 @@ subprocess measurements; the rest use `run_here` (the same code, in this process
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -23,12 +24,19 @@ CLI_RUN_ARGS = ("--steps", "4", "--seq", "64", "--micro-batch", "2")
 
 @pytest.fixture(scope="session", autouse=True)
 def course_home(tmp_path_factory):
-    """COURSE_HOME (built models, default results store) lives in a session temp dir."""
+    """COURSE_HOME (built models, default results store) lives in a session temp dir.
+
+    Temporary files go there too (here and in measure's children): build() makes a trainer
+    output folder with tempfile.mkdtemp for every build and never removes it.
+    """
     home = tmp_path_factory.mktemp("course-home")
+    scratch = tmp_path_factory.mktemp("tmp")
     mp = pytest.MonkeyPatch()
     mp.setenv("COURSE_HOME", str(home))
     mp.setenv("HF_HUB_OFFLINE", "1")
     mp.setenv("TOKENIZERS_PARALLELISM", "false")
+    mp.setenv("TMPDIR", str(scratch))
+    mp.setattr(tempfile, "tempdir", str(scratch))
     yield home
     mp.undo()
 

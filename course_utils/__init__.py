@@ -8,6 +8,8 @@ from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
 __version__ = "0.1.0"
+# Bump when measure/memtrack change what a stored number means: older stored results stop matching.
+MEASUREMENT_METHOD = 2
 
 
 def __getattr__(name):  # lazy imports keep `import course_utils` fast

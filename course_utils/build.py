@@ -143,8 +143,8 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         learning_rate=recipe.learning_rate,
         bf16=precision == "bf16",
         fp16=precision == "fp16",
-        gradient_checkpointing=recipe.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
+        activation_checkpointing=recipe.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
+        activation_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
         optim=recipe.optimizer,
         max_length=recipe.max_seq_length,
         packing=True,
@@ -190,6 +190,7 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     """Turn a recipe into a ready SFTTrainer on this machine's device."""
     import torch
     from peft import get_peft_model, prepare_model_for_kbit_training
+    from transformers import set_seed
     from trl import SFTTrainer
 
     precision = check_hardware(recipe)
@@ -210,6 +211,7 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
 
     if recipe.uses_lora:
         check_lora_targets(model, recipe.lora_targets)
+        set_seed(recipe.seed)  # LoRA's initial weights come from the global generator
         model = get_peft_model(model, lora_config(recipe))
     else:
         for p in model.parameters():

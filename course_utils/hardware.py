@@ -151,6 +151,10 @@ def environment() -> Environment:
             ).stdout.strip().splitlines()[0]
         except Exception:
             driver = None
+    from . import MEASUREMENT_METHOD, __version__
+    from .models import tiny_fingerprint
+
+    course = {"course_utils": __version__, "measurement_method": str(MEASUREMENT_METHOD), "tiny_model": tiny_fingerprint()}
     return Environment(
         device=device_name(),
         device_type=device_type(),
@@ -159,7 +163,7 @@ def environment() -> Environment:
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         cuda=torch.version.cuda,
         driver=driver,
-        versions=versions(),
+        versions={**versions(), **course},
     )
 
 

@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,7 +77,15 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         log: list[str] = []
         bar = _progress_bar(recipe, progress)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        deadline = time.monotonic() + timeout_s if timeout_s else None
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            proc.kill()
+
+        watchdog = threading.Timer(timeout_s, stop) if timeout_s else None  # a silent hang is stopped too
+        if watchdog is not None:
+            watchdog.start()
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
                 if line.startswith(PROGRESS):
@@ -85,15 +94,16 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
                         bar.update(step - bar.n)
                 else:
                     log.append(line)
-                if deadline and time.monotonic() > deadline:
-                    proc.kill()
-                    raise MeasurementError(f"measuring {recipe.name!r} took longer than {timeout_s} s; stopped it.")
             code = proc.wait()
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             if bar is not None:
                 bar.close()
             if proc.poll() is None:
                 proc.kill()
+        if timed_out.is_set():
+            raise MeasurementError(f"measuring {recipe.name!r} took longer than {timeout_s} s; stopped it.")
         if out.exists():
             return Measurement.from_dict(json.loads(out.read_text()))
         tail = "".join(log[-40:])
@@ -261,7 +271,8 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
     probe = _Probe(recipe, tracker, device)
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
                 date=_now(), command=_command())
-    built = build(recipe, callbacks=(_callback(probe),))
+    workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
+    built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
     model = built.trainer.model
     model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
     model.register_forward_hook(probe.forward_post, with_kwargs=True)
@@ -279,6 +290,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
     finally:
         if probe.tracking:
             probe.stop_tracking()
+        workdir.cleanup()
     # the median step, so one step slowed by a busy machine does not move the figure
     rate = statistics.median(probe.step_rates) if probe.step_rates and status == "ok" else None
     cuda = device == "cuda"

@@ -109,12 +109,13 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _tiny_fingerprint() -> str:
-    """Changes whenever the tiny model's recipe or the shipped data change, so the cache rebuilds."""
-    from .data import SHIPPED_PATH
+SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
 
+
+def tiny_fingerprint() -> str:
+    """Changes whenever the tiny model's recipe or the shipped data change, so the cache rebuilds."""
     h = hashlib.sha256(json.dumps([TINY_CONFIG, TINY_VOCAB, TINY_SEED, 2], sort_keys=True).encode())
-    h.update(SHIPPED_PATH.read_bytes())
+    h.update(SHIPPED_DATA.read_bytes())
     return h.hexdigest()[:10]
 
 
@@ -139,7 +140,7 @@ def build_tokenizer(texts: list[str], vocab_size: int = TINY_VOCAB):
 
 def tiny_model_path(rebuild: bool = False) -> Path:
     """Build the embedded tiny model once (tokenizer + random Llama weights), return its folder."""
-    target = course_home() / "models" / f"tiny-llama-{_tiny_fingerprint()}"
+    target = course_home() / "models" / f"tiny-llama-{tiny_fingerprint()}"
     if target.exists() and not rebuild:
         return target
     with _file_lock(target.with_suffix(".lock")):

@@ -41,17 +41,18 @@ def memory_vs_speed(
     if reference:
         groups.append((list(reference), "s", False))
     for group, marker, filled in groups:
-        fits = [m for m in group if m.fits and m.tokens_per_s]
-        if not fits:
+        # numbered among the recipes that fit, as in the breakdown; plotted where speed is known
+        numbered = [(i, m) for i, m in enumerate((m for m in group if m.fits), start=1) if m.tokens_per_s]
+        if not numbered:
             continue
-        xs = [m.tokens_per_s for m in fits]
-        ys = [_peak_mib(m) for m in fits]
-        device = fits[0].env.get("device", "?")
+        xs = [m.tokens_per_s for _, m in numbered]
+        ys = [_peak_mib(m) for _, m in numbered]
+        device = numbered[0][1].env.get("device", "?")
         label = ("this run" if filled else "reference") + f": {device}"
         ax.plot(xs, ys, "-", color="0.75", zorder=1)
         ax.scatter(xs, ys, marker=marker, s=60, zorder=2, label=label,
                    facecolors=None if filled else "none", edgecolors="C0" if filled else "C1")
-        for i, (m, x, y) in enumerate(zip(fits, xs, ys), start=1):
+        for (i, m), x, y in zip(numbered, xs, ys):
             text = str(i) if numbers_only else f"{i}. {m.label}"
             ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("training speed (tokens/s, after warm-up)")

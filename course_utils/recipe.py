@@ -96,6 +96,8 @@ class Recipe:
         """Stable 12-hex-digit hash of every field that changes the measurement (not the label)."""
         d = self.to_dict()
         d.pop("label")
+        for name in ("learning_rate", "lora_dropout"):  # 1 and 1.0 are the same recipe
+            d[name] = float(d[name])
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
@@ -135,7 +137,7 @@ class Recipe:
             value = getattr(self, knob)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise RecipeError(f"{knob} must be a positive whole number, got {value!r}.")
-        if not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
             raise RecipeError(f"warmup_steps must be 0 or more, got {self.warmup_steps!r}.")
         if self.steps < self.warmup_steps + 2:
             raise RecipeError(
@@ -144,7 +146,7 @@ class Recipe:
             )
         if self.precision not in PRECISIONS:
             raise RecipeError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
-        if self.lora_r is not None and (not isinstance(self.lora_r, int) or self.lora_r <= 0):
+        if self.lora_r is not None and (not isinstance(self.lora_r, int) or isinstance(self.lora_r, bool) or self.lora_r <= 0):
             raise RecipeError(f"lora_r must be a positive whole number or None (full fine-tune), got {self.lora_r!r}.")
         if self.load_in_4bit and not self.uses_lora:
             raise RecipeError(

@@ -117,13 +117,13 @@ class ResultStore:
         if not self.path.exists():
             return []
         out = []
-        with open(self.path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
+        with open(self.path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                if not raw.strip():
                     continue
                 try:
-                    out.append(Measurement.from_dict(json.loads(line)))
-                except (ValueError, TypeError) as exc:
+                    out.append(Measurement.from_dict(json.loads(raw.decode("utf-8"))))
+                except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
                     warnings.warn(
                         f"{self.path}:{lineno}: skipped a corrupted result line ({type(exc).__name__}: {exc}); "
                         "the other results are kept. Delete that line, or re-run its recipe with force=True.",
@@ -148,6 +148,9 @@ class ResultStore:
                     fh.write(old + measurement.to_json().encode() + b"\n")
                     fh.flush()
                     os.fsync(fh.fileno())
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only; a store is an ordinary file
                 os.replace(tmp, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):

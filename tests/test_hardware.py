@@ -134,7 +134,9 @@ def test_environment_describes_this_machine():
     assert env.device == hardware.device_name()
     assert env.device_type == hardware.device_type()
     assert env.total_memory_gib > 0
-    assert env.versions == hardware.versions()
+    assert env.versions.items() >= hardware.versions().items()
+    # what makes stored results stop matching when the course's own measuring changes
+    assert {"course_utils", "measurement_method", "tiny_model"} <= set(env.versions)
 
 
 def test_env_report_has_ok_lines_and_the_device():

@@ -110,9 +110,6 @@ def test_a_failing_child_raises_with_its_log(tiny_model, tmp_path):
     assert store.load() == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG measure.py _run_child: the timeout is only checked when the child "
-                   "prints a line, so a silent (hung) child is never stopped; it is waited for and then reported "
-                   "as 'failed (exit code 0)'")
 def test_timeout_stops_a_silent_child(monkeypatch):
     real_popen = subprocess.Popen
 
@@ -182,9 +179,6 @@ def test_training_is_deterministic_on_cpu(tiny_model):
     assert a.peak_by_category == b.peak_by_category
 
 
-@pytest.mark.xfail(strict=True, reason="BUG build.py build(): the LoRA weights are initialised by get_peft_model "
-                   "from the global RNG before anything seeds it with recipe.seed (the Trainer seeds later), so the "
-                   "same recipe trains differently depending on what ran before it in the process")
 def test_losses_depend_only_on_the_recipe(tiny_model):
     torch.manual_seed(1)
     a = run_here(BASE)

@@ -143,9 +143,6 @@ def test_add_after_a_corrupted_line_keeps_it(store):
         assert [m.label for m in store.load()] == ["one", "two", "three"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG results.py ResultStore.load: the file is decoded as UTF-8 while "
-                   "iterating, outside the per-line try, so one non-UTF-8 line raises UnicodeDecodeError and "
-                   "hides every result")
 def test_a_binary_garbage_line_is_skipped_too(store):
     good = make()
     store.path.write_bytes(good.to_json().encode() + b"\n\xff\xfe\x00garbage\n")

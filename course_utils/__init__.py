@@ -4,7 +4,15 @@ The spine:  Recipe -> build -> measure (fresh process) -> results store -> plots
 Importing this package is cheap; torch and transformers load only when a function needs them.
 """
 
+import logging as _logging
+import warnings as _warnings
+
 from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
+
+# Library noise a learner cannot act on: peft calls transformers' gradient-checkpointing methods by
+# their pre-5 names, and bitsandbytes logs that an optional CPU kernel package is absent.
+_warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+_logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
 __version__ = "0.1.0"

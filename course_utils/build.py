@@ -235,3 +235,46 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
     return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
                  trainer=trainer, notes=notes)
+
+
+def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool, seq: int = 64) -> tuple[int, int]:
+    """One forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
+    got a gradient, LoRA tensors in all). Shows why reentrant checkpointing needs input gradients:
+    it only back-propagates through a checkpointed layer if one of the layer's inputs requires grad,
+    and with a frozen base model none does."""
+    import warnings
+
+    import torch
+    from peft import get_peft_model
+
+    from transformers.utils import logging as hf_logging
+
+    recipe = Recipe(model=model, gradient_checkpointing=True)
+    hf_logging.disable_progress_bar()  # a second-long load: no bar in the notebook's checked output
+    try:
+        loaded, _ = load_model(recipe, check_hardware(recipe))
+    finally:
+        hf_logging.enable_progress_bar()
+    set_seed_all(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    inner = peft_model.get_base_model()
+    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
+        inner.disable_input_require_grads()
+    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
+    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
+        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
+        if loss.requires_grad:
+            loss.backward()
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
+    return with_grad, len(lora)
+
+
+def set_seed_all(seed: int) -> None:
+    """Seed python, numpy and torch (transformers' set_seed)."""
+    from transformers import set_seed
+
+    set_seed(seed)

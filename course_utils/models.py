@@ -158,7 +158,13 @@ def tiny_model_path(rebuild: bool = False) -> Path:
         torch.manual_seed(TINY_SEED)
         model = LlamaForCausalLM(config)
         tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
-        model.save_pretrained(tmp)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one small shard: a bar would only clutter the output
+        try:
+            model.save_pretrained(tmp)
+        finally:
+            hf_logging.enable_progress_bar()
         tokenizer.save_pretrained(tmp)
         if target.exists():
             shutil.rmtree(target)
@@ -167,9 +173,12 @@ def tiny_model_path(rebuild: bool = False) -> Path:
 
 
 def preset_path(name: str, rebuild: bool = False) -> Path:
-    """Write a preset architecture with random bf16 weights to disk once (needs a GPU for big ones)."""
+    """Write a preset architecture with random bf16 weights to disk once, shard by shard.
+
+    The weights are drawn tensor by tensor and written in 2 GB shards, so an 8B checkpoint never
+    needs 16 GB of memory at once: it builds on a free Colab (12 GB RAM, 15 GB T4) as well.
+    """
     import torch
-    from transformers import AutoModelForCausalLM
 
     name = name.lower()
     target = course_home() / "models" / f"random-{name}"
@@ -178,23 +187,55 @@ def preset_path(name: str, rebuild: bool = False) -> Path:
     with _file_lock(target.with_suffix(".lock")):
         if target.exists() and not rebuild:
             return target
-        config = preset_config(name)
-        tokenizer_dir = tiny_model_path()  # any tokenizer whose ids fit the vocabulary will do
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        torch.manual_seed(0)
-        with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-        model.save_pretrained(tmp, max_shard_size="5GB")
-        del model
         from transformers import AutoTokenizer
 
-        AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(tmp)
+        config = preset_config(name)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+        _write_random_shards(config, tmp)
+        config.save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(tiny_model_path()).save_pretrained(tmp)  # ids fit any vocabulary
         (tmp / "RANDOM_WEIGHTS.txt").write_text(
             f"Random weights with the published shape of {PRESETS[name]['hub_id']}; built locally, no download.\n"
         )
+        if target.exists():
+            shutil.rmtree(target)
         os.replace(tmp, target)
     return target
+
+
+def _write_random_shards(config, folder: Path, shard_bytes: int = 2 * 1024**3) -> None:
+    """Random bf16 tensors for every weight of `config`'s model, saved as safetensors shards + index."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        shapes = AutoModelForCausalLM.from_config(config).state_dict()
+    if getattr(config, "tie_word_embeddings", False):
+        shapes.pop("lm_head.weight", None)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    generator = torch.Generator(device=device).manual_seed(0)
+    std = getattr(config, "initializer_range", 0.02)
+    weight_map: dict[str, str] = {}
+    shard: dict = {}
+
+    def flush() -> None:
+        file = f"model-{len(set(weight_map.values())) + 1:05d}.safetensors"
+        save_file(shard, folder / file, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, file))
+        shard.clear()
+
+    for key, meta in shapes.items():
+        if "norm" in key:
+            tensor = torch.ones(meta.shape, dtype=torch.bfloat16)
+        else:
+            tensor = (torch.randn(meta.shape, generator=generator, device=device) * std).to(torch.bfloat16).cpu()
+        if shard and sum(t.nbytes for t in shard.values()) + tensor.nbytes > shard_bytes:
+            flush()
+        shard[key] = tensor
+    flush()
+    index = {"metadata": {}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
 
 
 def is_preset(model: str) -> bool:

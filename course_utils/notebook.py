@@ -1,0 +1,104 @@
+"""What the chapter notebooks share: which model to use here, the base recipe for this hardware,
+the shipped GPU reference points, and the figures every notebook ends with.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .recipe import Recipe
+
+# The one place the repository's address lives: scripts/update_badges.py writes it into every
+# notebook's "Open in Colab" badge and Colab setup cell.
+REPOSITORY = "github.com/llm-course/memory-efficient-training"
+BRANCH = "main"
+
+SMALL_HUB_MODEL = "HuggingFaceTB/SmolLM2-360M"  # ungated, Llama architecture, fits a free T4 easily
+REFERENCE_MODEL = "llama-3.1-8b"
+
+
+def on_colab() -> bool:
+    """True inside Google Colab."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def colab_url(notebook_path: str) -> str:
+    """The Colab address of a notebook of this repository, e.g. notebooks/01_x.ipynb."""
+    return f"https://colab.research.google.com/{REPOSITORY.replace('github.com', 'github')}/blob/{BRANCH}/{notebook_path}"
+
+
+def choose_model(use_llama_8b: bool = False) -> str:
+    """The model for this machine: the embedded tiny model on a CPU; on a GPU a small ungated hub
+    model, or the Llama-3.1-8B architecture (random weights, no download) when asked."""
+    from .data import hub_reachable
+    from .hardware import device_type
+
+    if device_type() == "cpu":
+        if use_llama_8b:
+            print("No GPU here: Llama-3.1-8B needs one, so this run uses the embedded tiny model.")
+        return "tiny"
+    if use_llama_8b:
+        return REFERENCE_MODEL
+    if hub_reachable():
+        return SMALL_HUB_MODEL
+    print(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using the embedded tiny model.")
+    return "tiny"
+
+
+def base_recipe(model: str) -> Recipe:
+    """The chapter's starting point for this model and machine: plain LoRA, no memory technique yet.
+
+    On a CPU: micro-batch 4 x 256 tokens, 6 steps (2 warm-up, 1 tracked, 3 timed), learning rate
+    1e-3 (the tiny model has random weights; LoRA needs bigger steps to show learning quickly).
+    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.7 GiB) holds
+    the small hub model's baseline; on Llama-3.1-8B the fp32 baseline is expected not to fit.
+    """
+    from .hardware import device_type
+
+    if device_type() == "cpu":
+        return Recipe(model=model, micro_batch=4, max_seq_length=256, steps=6, learning_rate=1e-3,
+                      label="baseline (LoRA, fp32)")
+    return Recipe(model=model, micro_batch=4, max_seq_length=512, steps=6, learning_rate=2e-4,
+                  label="baseline (LoRA, fp32)")
+
+
+def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
+    """Shipped GPU reference measurements of `model` with these labels, in the order given."""
+    from .results import reference_results
+
+    ref = {m.label: m for m in reference_results() if m.recipe.get("model") == model}
+    missing = [label for label in labels if label not in ref]
+    if missing:
+        raise KeyError(f"no reference run labelled {missing}; available: {sorted(ref)}")
+    return [ref[label] for label in labels]
+
+
+def describe_reference(ms) -> str:
+    """One line of provenance for reference points: GPU, driver, versions, date, command."""
+    if not ms:
+        return "no reference points"
+    env = ms[0].env
+    v = env["versions"]
+    return (f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')}), torch {v['torch']}, "
+            f"transformers {v['transformers']}, peft {v['peft']}, trl {v['trl']}, bitsandbytes {v['bitsandbytes']}; "
+            f"{ms[0].date[:10]}; `{ms[0].command}`")
+
+
+def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
+    """Your points on the left; the shipped GPU reference points (if any) on the right, each titled
+    with its hardware. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    from .plots import memory_vs_speed
+
+    mine = [m for m in mine if m is not None]
+    panels = 2 if reference else 1
+    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 4.8), squeeze=False)
+    memory_vs_speed(mine, ax=axes[0][0], title=f"Your run: {mine[0].env['device'] if mine else '?'}")
+    if reference:
+        model = reference[0].recipe.get("model")
+        memory_vs_speed([], list(reference), ax=axes[0][1], title=f"Reference: {model} on {reference[0].env['device']}")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

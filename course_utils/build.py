@@ -217,14 +217,23 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         for p in model.parameters():
             p.requires_grad_(True)
 
+    import datasets
+
     args = sft_config(recipe, precision, output_dir or tempfile.mkdtemp(prefix="course-run-"))
-    trainer = SFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=dataset if dataset is not None else training_dataset(recipe),
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-    )
+    datasets.disable_progress_bars()  # tokenizing and packing 1,200 records takes a second
+    try:
+        trainer = SFTTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset if dataset is not None else training_dataset(recipe),
+            processing_class=tokenizer,
+            callbacks=list(callbacks),
+        )
+    finally:
+        datasets.enable_progress_bars()
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # the losses are recorded, not printed
     if recipe.load_in_4bit and precision != "bf16":
         # trl casts LoRA weights of quantized models to bf16 (the QLoRA paper's choice). Without
         # native bf16 that is slow (CPU) or wrong for fp16 AMP (T4), so we keep them in fp32.
@@ -278,3 +287,38 @@ def set_seed_all(seed: int) -> None:
     from transformers import set_seed
 
     set_seed(seed)
+
+
+def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, seq: int = 64) -> tuple[bool, float]:
+    """Gradients of one batch of micro_batch x grad_accum sequences, computed whole and computed by
+    accumulation over micro-batches of `micro_batch`: (equal within 1e-5 relative, largest relative gap)."""
+    import torch
+    from peft import get_peft_model
+    from transformers.utils import logging as hf_logging
+
+    recipe = Recipe(model=model)
+    hf_logging.disable_progress_bar()
+    try:
+        loaded, _ = load_model(recipe, check_hardware(recipe))
+    finally:
+        hf_logging.enable_progress_bar()
+    set_seed_all(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    peft_model.eval()  # no dropout: the two ways must see the same function
+    batch = micro_batch * grad_accum
+    ids = torch.randint(0, loaded.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(loaded.device)
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+
+    def grads() -> list:
+        out = [p.grad.detach().clone() for p in lora]
+        peft_model.zero_grad(set_to_none=True)
+        return out
+
+    peft_model(input_ids=ids, labels=ids).loss.backward()  # the whole batch at once
+    whole = grads()
+    for chunk in ids.split(micro_batch):  # the same batch, accumulated: each loss / grad_accum
+        (peft_model(input_ids=chunk, labels=chunk).loss / grad_accum).backward()
+    accumulated = grads()
+    gap = max(((a - w).norm() / w.norm().clamp(min=1e-12)).item() for a, w in zip(accumulated, whole))
+    return gap < 1e-5, gap

@@ -163,8 +163,9 @@ def _env_dict(env) -> dict:
 class _Probe:
     """Trainer callback + hooks: phases for the tracker, the tracked step, timing, losses."""
 
-    def __init__(self, recipe: Recipe, tracker, device: str):
+    def __init__(self, recipe: Recipe, tracker, device: str, report_progress: bool = False):
         self.recipe, self.tracker, self.device = recipe, tracker, device
+        self.report_progress = report_progress
         self.losses: list[float] = []
         self.tokens = 0
         self.step_rates: list[float] = []  # tokens/s of each timed step
@@ -242,7 +243,8 @@ class _Probe:
         if state.global_step > self.recipe.warmup_steps:
             self._sync()
             self._t_last, self._tokens_last = time.perf_counter(), self.tokens
-        print(f"{PROGRESS} {state.global_step}", flush=True)
+        if self.report_progress:  # a child tells its parent, which draws the progress bar
+            print(f"{PROGRESS} {state.global_step}", flush=True)
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
@@ -262,7 +264,7 @@ def _callback(probe: _Probe):
     return cb
 
 
-def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
+def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: bool = False) -> Measurement:
     """Build and train the recipe in this process and measure it (measure() calls this in a child)."""
     import torch
 
@@ -275,7 +277,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None) -> Measurement:
     env = environment()
     budget = int(budget_gib * GiB) if budget_gib is not None else None
     tracker = MemoryTracker(device, budget_bytes=budget)
-    probe = _Probe(recipe, tracker, device)
+    probe = _Probe(recipe, tracker, device, report_progress)
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
                 date=_now(), command=_command())
     workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-gib", type=float, default=None)
     args = parser.parse_args(argv)
     recipe = Recipe.from_dict(json.loads(args.recipe))
-    result = run_here(recipe, args.budget_gib)
+    result = run_here(recipe, args.budget_gib, report_progress=True)
     Path(args.out).write_text(result.to_json())
     return 0
 
@@ -364,3 +366,19 @@ def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = 
         previous.recipe["label"] = rung.label  # the stored label may come from another run
         results.append(previous)
     return results, skipped
+
+
+def sweep(base: Recipe, knob: str, values, *, isolate: bool = False, store: ResultStore | None = None,
+          progress: bool = True) -> list[Measurement]:
+    """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512).
+
+    On a CPU the runs share this process by default (isolate=False): tensor-level figures are the
+    same as in a fresh process and a sweep takes seconds, not minutes. On a GPU each run is isolated.
+    """
+    from tqdm.auto import tqdm
+
+    out = []
+    for value in tqdm(list(values), desc=f"{knob} sweep", disable=not progress):
+        recipe = base.with_(**{knob: value}, label=f"{knob}={value}")
+        out.append(measure(recipe, store=store, progress=False, isolate=isolate))
+    return out

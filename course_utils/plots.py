@@ -59,7 +59,10 @@ def memory_vs_speed(
     ax.set_ylabel("peak memory (MiB)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.margins(x=0.35, y=0.12)  # room for the labels
+    ax.set_ylim(bottom=0)  # memory from zero, so a saving looks as big as it is
+    ax.set_xlim(left=0)
+    ax.legend(loc="lower right", fontsize=8)
     misfits = [m.label for group, _, _ in groups for m in group if not m.fits]
     if misfits:
         ax.text(0.01, 0.01, "does not fit: " + "; ".join(misfits), transform=ax.transAxes, fontsize=7, color="C3")

@@ -12,6 +12,8 @@ from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
 # Library noise a learner cannot act on: peft calls transformers' gradient-checkpointing methods by
 # their pre-5 names, and bitsandbytes logs that an optional CPU kernel package is absent.
 _warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+# build() records this one as a note on the measurement instead
+_warnings.filterwarnings("ignore", message=r"Paged optimizers are not supported on CPU.*", category=UserWarning)
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]

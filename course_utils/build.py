@@ -197,6 +197,8 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     notes: list[str] = []
     if recipe.precision == "auto":
         notes.append(f"precision=auto resolved to {precision} on {device_type()}")
+    if recipe.optimizer.startswith("paged_") and device_type() == "cpu":
+        notes.append(f"{recipe.optimizer}: bitsandbytes does not page on a CPU and falls back to unpaged state")
     model, tokenizer = load_model(recipe, precision)
 
     if recipe.load_in_4bit and recipe.prepare_kbit:

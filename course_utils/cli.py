@@ -34,7 +34,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
-    results, skipped = run_ladder(base, store=store, force=args.force, progress=not args.no_progress)
+    results, skipped = run_ladder(base, store=store, force=args.force, progress=not args.no_progress, isolate=True)
     env = results[0].env
     print(f"\nDevice: {env['device']}; torch {env['versions']['torch']}, transformers "
           f"{env['versions']['transformers']}, peft {env['versions']['peft']}, trl {env['versions']['trl']}, "

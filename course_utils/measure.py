@@ -45,7 +45,7 @@ def measure(
     budget_gib: float | None = None,
     progress: bool = True,
     timeout_s: float | None = None,
-    isolate: bool = True,
+    isolate: bool | None = True,
 ) -> Measurement:
     """Measure one recipe in a fresh process, or return the stored result of an identical run.
 
@@ -53,7 +53,7 @@ def measure(
     force=True re-runs even when the store already has this recipe in this environment.
     isolate=False trains in this process instead (no 7 s start-up): the tensor-level figures are
     the same, but on CUDA the allocator's own peaks would include what this process already holds,
-    so it is only taken on a CPU.
+    so it is only taken on a CPU. isolate=None: a fresh process on a GPU, this process on a CPU.
     """
     from .hardware import environment
 
@@ -338,12 +338,14 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False,
-               progress: bool = True, upto: int | None = None) -> tuple[list[Measurement], dict[int, str]]:
+def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
+               upto: int | None = None, isolate: bool | None = None) -> tuple[list[Measurement], dict[int, str]]:
     """Measure the chapter's ladder from `base`, one technique added per rung (the first `upto` rungs).
 
     Returns the measurements in order and the rungs skipped here, with the reason (on a CPU,
-    mixed precision resolves to fp32, so that rung is the one before it).
+    mixed precision resolves to fp32, so that rung is the one before it). isolate: as in measure();
+    the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
+    tensor-level figures are the same and seven process start-ups would cost most of a minute.
     """
     from tqdm.auto import tqdm
 
@@ -362,18 +364,18 @@ def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = 
             skipped[i] = f"precision=auto is {rung.precision} on {device_type()}: same recipe as the rung above"
             results.append(Measurement(**{**previous.__dict__, "recipe": rung.to_dict(), "cached": True}))
             continue
-        previous = measure(rung, store=store, force=force, progress=progress)
+        previous = measure(rung, store=store, force=force, progress=progress, isolate=isolate)
         previous.recipe["label"] = rung.label  # the stored label may come from another run
         results.append(previous)
     return results, skipped
 
 
-def sweep(base: Recipe, knob: str, values, *, isolate: bool = False, store: ResultStore | None = None,
+def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,
           progress: bool = True) -> list[Measurement]:
     """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512).
 
-    On a CPU the runs share this process by default (isolate=False): tensor-level figures are the
-    same as in a fresh process and a sweep takes seconds, not minutes. On a GPU each run is isolated.
+    By default (isolate=None) the runs share this process on a CPU (tensor-level figures are the
+    same as in a fresh process, and a sweep takes seconds, not minutes); on a GPU each is isolated.
     """
     from tqdm.auto import tqdm
 

@@ -99,3 +99,25 @@ def ladder_figure(measurements: Sequence[Measurement], reference: Sequence[Measu
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig
+
+
+def memory_curves(series: dict, knob: str, ax=None, title: str | None = None):
+    """Peak memory (solid) and activations (dashed) against one knob, a line per series
+    (e.g. {"no checkpointing": [...], "checkpointing": [...]}), from sweep() measurements."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.2))
+    for i, (name, ms) in enumerate(series.items()):
+        fits = [m for m in ms if m.fits]
+        xs = [m.recipe[knob] for m in fits]
+        ax.plot(xs, [_peak_mib(m) for m in fits], "o-", color=f"C{i}", label=f"{name}: peak")
+        ax.plot(xs, [m.mib("activations") for m in fits], "s--", color=f"C{i}", alpha=0.7, label=f"{name}: activations")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(knob.replace("_", " "))
+    ax.set_ylabel("MiB")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title or f"Memory against {knob.replace('_', ' ')}")
+    return ax

@@ -410,6 +410,24 @@ def _grade_numeric(q: Question, answer: Any) -> Verdict:
 
 
 # --- the text fallback ---------------------------------------------------------------------------
+def choice_order(question: Question) -> list[int]:
+    """The order choices are shown in: shuffled, the same every time for a question id.
+
+    Bank authors can list the right answer first; learners do not see it first.
+    """
+    order = list(range(len(question.choices)))
+    random.Random(question.id).shuffle(order)
+    return order
+
+
+def _md(text: str) -> str:
+    """Text for Markdown: characters that would format are escaped outside `code` spans."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):  # even parts are outside code spans
+        parts[i] = re.sub(r"([\\*_~<>\[\]])", r"\\\1", parts[i])
+    return "`".join(parts)
+
+
 def _plain(text: str) -> str:
     """Text for a widget label: the `code` marks dropped."""
     return text.replace("`", "")
@@ -435,7 +453,7 @@ def quiz_text(title: str, questions: Sequence[Question]) -> str:
     for n, q in enumerate(questions, start=1):
         lines.append(f"{n}. {q.prompt} ({_kind(q)})")
         box = "[ ]" if q.type == "multiple" else "( )"
-        lines += [f"   {box} {chr(65 + j)}. {c.text}" for j, c in enumerate(q.choices)]
+        lines += [f"   {box} {chr(65 + k)}. {q.choices[j].text}" for k, j in enumerate(choice_order(q))]
         if q.type == "numeric":
             lines.append(f"   Answer: ______ {q.unit}".rstrip())
         lines.append("")
@@ -444,12 +462,12 @@ def quiz_text(title: str, questions: Sequence[Question]) -> str:
 
 def quiz_markdown(title: str, questions: Sequence[Question]) -> str:
     """The quiz as Markdown, without answers or explanations (GitHub and nbviewer render this)."""
-    lines = [f"**Quiz: {title}** ({len(questions)} questions). Run this cell in Jupyter or Colab to check "
+    lines = [f"**Quiz: {_md(title)}** ({len(questions)} questions). Run this cell in Jupyter or Colab to check "
              "your answers; they are not shown here.", ""]
     for n, q in enumerate(questions, start=1):
-        lines += [f"{n}. {q.prompt} *({_kind(q)})*", ""]
+        lines += [f"{n}. {_md(q.prompt)} *({_md(_kind(q))})*", ""]
         box = "- [ ]" if q.type == "multiple" else "- ( )"
-        lines += [f"   {box} {chr(65 + j)}. {c.text}" for j, c in enumerate(q.choices)]
+        lines += [f"   {box} {chr(65 + k)}. {_md(q.choices[j].text)}" for k, j in enumerate(choice_order(q))]
         if q.type == "numeric":
             lines.append(f"   Answer: ______ {q.unit}".rstrip())
         lines.append("")
@@ -489,15 +507,16 @@ class QuestionWidget(widgets.VBox):
             f'<div style="line-height:1.4"><b>{number}.</b> {_html(question.prompt)} '
             f'<i style="color:{_GREY}">({_kind(question)})</i>{where}</div>',
             layout=widgets.Layout(width="100%"))
+        self.order = choice_order(question)  # display position -> index in question.choices
         if question.type == "single":
             self.controls = widgets.RadioButtons(
-                options=[(_plain(c.text), j) for j, c in enumerate(question.choices)], value=None,
+                options=[(_plain(question.choices[j].text), j) for j in self.order], value=None,
                 layout=widgets.Layout(width="auto", max_width="100%"))
             boxes = [self.controls]
         elif question.type == "multiple":
-            self.controls = [widgets.Checkbox(value=False, description=_plain(c.text), indent=False,
+            self.controls = [widgets.Checkbox(value=False, description=_plain(question.choices[j].text), indent=False,
                                               layout=widgets.Layout(width="auto", max_width="100%"))
-                             for c in question.choices]
+                             for j in self.order]
             boxes = list(self.controls)
         else:
             self.controls = widgets.Text(placeholder="a number", layout=widgets.Layout(width="12em"))
@@ -521,7 +540,7 @@ class QuestionWidget(widgets.VBox):
         if self.question.type == "single":
             return self.controls.value
         if self.question.type == "multiple":
-            return [j for j, box in enumerate(self.controls) if box.value]
+            return sorted(j for j, box in zip(self.order, self.controls) if box.value)
         return self.controls.value
 
     def select(self, answer: Any) -> None:
@@ -530,7 +549,7 @@ class QuestionWidget(widgets.VBox):
             self.controls.value = answer
         elif self.question.type == "multiple":
             picked = set() if answer is None else {answer} if isinstance(answer, int) else set(answer)
-            for j, box in enumerate(self.controls):
+            for j, box in zip(self.order, self.controls):
                 box.value = j in picked
         else:
             self.controls.value = "" if answer is None else str(answer)
@@ -543,7 +562,8 @@ class QuestionWidget(widgets.VBox):
     @property
     def feedback_text(self) -> str:
         """The feedback as plain text (what the learner reads)."""
-        return html.unescape(re.sub(r"<[^>]+>", " ", self.feedback.value)).replace("  ", " ").strip()
+        inline = re.sub(r"</?(code|b|i|span)\b[^>]*>", "", self.feedback.value)
+        return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", inline))).strip()
 
     def _set_enabled(self, enabled: bool) -> None:
         for w in (self.controls if isinstance(self.controls, list) else [self.controls]):

@@ -1,0 +1,784 @@
+"""Estimate peak training memory from a model's config and a Recipe: no weights, no GPU.
+
+The estimate uses the categories `measure` reports (parameters, gradients, optimizer state,
+activations, temporaries) at the moment `measure` reports them: the largest total of one
+steady-state training step. Every term is arithmetic you can read with `Estimate.explain()`.
+
+How the bytes are counted (each rule was checked against the tensor-level tracker, to the byte on
+the tiny model, and against the H200 reference runs in `course_utils/reference/`):
+
+- parameters: shapes from the model built on the meta device. NF4 stores 4 bits per weight plus
+  one scale per block of 64 (fp32: 4.5 bits/param; with double quant an 8-bit scale plus one fp32
+  per 256 scales: 4.127 bits/param). Embeddings, lm_head and norms stay unquantized, and
+  `prepare_model_for_kbit_training` upcasts them to fp32.
+- gradients: one per trainable parameter, in its dtype. With accumulation the peak is in a later
+  micro-batch, when every gradient already exists; with one micro-batch it comes before any do.
+- optimizer: AdamW keeps two states in the parameter's dtype; bitsandbytes' 8-bit AdamW keeps two
+  bytes per parameter plus one fp32 scale per 256, but 32-bit state for tensors under 4,096
+  elements and (the Trainer's choice) for embeddings.
+- activations: what autograd saves per layer (norm inputs in fp32, what the attention kernel keeps,
+  LoRA's dropout masks and inputs, the MLP's gate/up/silu outputs), or only each layer's input
+  under gradient checkpointing, plus what the loss keeps.
+- temporaries: at the peak moment, whichever is largest of: the backward of trl's chunked loss (a
+  [4096-token x 32,768-column] tile, fp32 gradient buffers, bf16 copies of an fp32 lm_head), the
+  backward of the last layer (recomputed under checkpointing, plus the MLP's gradients), or the
+  optimizer step (torch's AdamW makes one full copy of its second moment).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+from .recipe import Recipe, RecipeError
+
+MiB = 1024**2
+GiB = 1024**3
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+
+# Library constants the arithmetic depends on (trl 1.16, bitsandbytes 0.50).
+LOSS_TOKEN_TILE = 4096  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
+LOSS_VOCAB_TILE = 32768  # trl.trainer.utils._CHUNKED_LOGPROB_CHUNK_SIZE
+NF4_BLOCK = 64  # weights per NF4 scale (absmax)
+NF4_SCALE_BLOCK = 256  # scales per fp32 second-level scale under double quant
+NF4_CODE_BYTES = 16 * 4  # each quantized tensor keeps its 16-value NF4 code book
+DQ_CODE_BYTES = 256 * 4 + 4  # ... and, with double quant, a 256-value code book and an offset
+BNB_8BIT_BLOCK = 256  # elements per fp32 scale of 8-bit optimizer state
+BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit optimizer state
+BNB_QMAP_BYTES = 2 * 256 * 4  # the two shared 8-bit quantization maps
+
+ATTENTION_INPUTS = ("q_proj", "k_proj", "v_proj")  # linears fed by the layer's first norm
+MLP_INPUTS = ("gate_proj", "up_proj")  # linears fed by the second norm
+
+
+class EstimateError(ValueError):
+    """The estimator cannot model this model or recipe; the message says why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# where it runs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Hardware:
+    """What the estimate assumes about the device: its kind, 'auto' precision and attention kernel."""
+
+    name: str
+    device: str  # "cuda" or "cpu"
+    auto_precision: str  # what precision="auto" becomes there
+    flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
+    memory_gib: float | None = None  # usable memory, when the hardware fixes it
+
+
+HARDWARE = {
+    "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
+                    "cuda", "bf16", True),
+    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7),
+    "cpu": Hardware("CPU", "cpu", "fp32", False),
+}
+
+
+def get_hardware(hardware: str | Hardware) -> Hardware:
+    """A Hardware from its name in HARDWARE (or itself)."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    try:
+        return HARDWARE[hardware.lower()]
+    except KeyError:
+        raise EstimateError(f"Unknown hardware {hardware!r}; use one of {', '.join(HARDWARE)}.") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# the result
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Term:
+    """One line of the arithmetic: bytes of one thing in one category."""
+
+    category: str
+    name: str
+    nbytes: int
+    arithmetic: str = ""
+
+
+@dataclass
+class Estimate:
+    """Predicted peak memory of one training step, term by term."""
+
+    recipe: Recipe
+    hardware: Hardware
+    precision: str  # the resolved precision
+    moment: str  # when the peak happens
+    terms: list[Term]  # everything alive at that moment
+    moments: dict[str, int] = field(default_factory=dict)  # every candidate moment's total
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def by_category(self) -> dict[str, int]:
+        """Bytes per category at the peak (the same keys as Measurement.peak_by_category)."""
+        out = dict.fromkeys(CATEGORIES, 0)
+        for t in self.terms:
+            out[t.category] += t.nbytes
+        return out
+
+    @property
+    def peak_bytes(self) -> int:
+        """The predicted peak: the sum of every term."""
+        return sum(t.nbytes for t in self.terms)
+
+    @property
+    def peak_gib(self) -> float:
+        """The predicted peak in GiB."""
+        return self.peak_bytes / GiB
+
+    def explain(self) -> str:
+        """The arithmetic, term by term, grouped by category."""
+        lines = [f"Estimate for {self.recipe.model}: {self.recipe.describe().replace(self.recipe.precision, self.precision)}",
+                 f"on {self.hardware.name}; {self.recipe.micro_batch * self.recipe.max_seq_length} tokens "
+                 f"per micro-batch.",
+                 f"The peak is {self.moment}.", ""]
+        for cat in CATEGORIES:
+            terms = [t for t in self.terms if t.category == cat]
+            lines.append(f"{cat:<14}{fmt_bytes(sum(t.nbytes for t in terms)):>40}")
+            for t in terms:
+                lines.append(f"    {t.name}: {t.arithmetic} = {fmt_bytes(t.nbytes)}" if t.arithmetic
+                             else f"    {t.name}: {fmt_bytes(t.nbytes)}")
+        lines.append(f"{'peak':<14}{fmt_bytes(self.peak_bytes):>40}  ({self.peak_gib:.2f} GiB)")
+        others = [f"{name} {fmt_bytes(b)}" for name, b in self.moments.items() if name != self.moment]
+        if others:
+            lines.append("Other candidate moments: " + "; ".join(others) + ".")
+        lines += [f"Note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def fmt_bytes(n: float) -> str:
+    """Bytes as MiB (or GiB past 100 GiB), with thousands separators."""
+    return f"{n / GiB:,.1f} GiB" if n >= 100 * GiB else f"{n / MiB:,.1f} MiB"
+
+
+# ---------------------------------------------------------------------------------------------
+# the model's shapes, from its config on the meta device
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Shapes:
+    """The sizes the arithmetic needs, read from a config and a meta-device model."""
+
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool  # lm_head shares the embedding matrix
+    layer_linears: tuple[tuple[str, int, int], ...]  # (name, in_features, out_features) of one layer
+    embed_params: int
+    lm_head_params: int  # 0 when tied
+    norm_params: int  # every norm weight in the model
+    other_params: int  # anything else that is not a layer linear
+    buffer_bytes: int  # rotary inv_freq and the like (fp32)
+    largest_param: int  # elements of the largest single tensor
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def linear_params(self) -> int:
+        """Elements of every linear layer inside the decoder layers (what 4-bit quantizes)."""
+        return self.layers * sum(i * o for _, i, o in self.layer_linears)
+
+    @property
+    def total_params(self) -> int:
+        return self.linear_params + self.embed_params + self.lm_head_params + self.norm_params + self.other_params
+
+
+def load_config(model: str):
+    """The transformers config of a recipe's model: tiny, a preset, a local folder or a cached hub id."""
+    from .models import TINY, ModelUnavailableError, is_preset, preset_config
+
+    if is_preset(model):
+        return preset_config(model)
+    from transformers import AutoConfig
+
+    if model == TINY:
+        from .models import tiny_model_path
+
+        return AutoConfig.from_pretrained(tiny_model_path())
+    try:
+        return AutoConfig.from_pretrained(model)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"Cannot read the config of {model!r} here ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
+            "It is not a local folder and not in the local hub cache, and the hub cannot be reached (or "
+            "HF_HUB_OFFLINE is set). Use model='tiny' or a preset with a real shape "
+            "(llama-3.1-8b, llama-2-7b, llama-2-13b, llama-3.1-70b, mistral-7b, llama-3.2-1b), or pass a "
+            "folder that holds a config.json."
+        ) from exc
+
+
+def shapes_from_config(config) -> Shapes:
+    """Build the model on the meta device (no memory, no weights) and read every shape."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    layers = _decoder_layers(model)
+    first = layers[0]
+    linears = tuple((name.rsplit(".", 1)[-1], m.in_features, m.out_features)
+                    for name, m in first.named_modules() if isinstance(m, torch.nn.Linear))
+    embed = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and head.weight is embed
+    in_layers = {id(p) for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear)
+                 for p in m.parameters(recurse=False)}
+    norm_params = other = 0
+    for name, p in model.named_parameters():
+        if id(p) in in_layers or p is embed or (head is not None and p is head.weight):
+            continue
+        if "norm" in name.lower():
+            norm_params += p.numel()
+        else:
+            other += p.numel()
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = text.num_attention_heads
+    return Shapes(
+        model_type=text.model_type,
+        layers=len(layers),
+        hidden=text.hidden_size,
+        heads=heads,
+        head_dim=getattr(text, "head_dim", None) or text.hidden_size // heads,
+        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        intermediate=getattr(text, "intermediate_size", None) or 4 * text.hidden_size,
+        vocab=embed.shape[0],
+        tied=tied,
+        layer_linears=linears,
+        embed_params=embed.numel(),
+        lm_head_params=0 if tied or head is None else head.weight.numel(),
+        norm_params=norm_params,
+        other_params=other,
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+        largest_param=max(p.numel() for p in model.parameters()),
+    )
+
+
+def _decoder_layers(model) -> list:
+    """The repeated decoder layers (the longest ModuleList in the model)."""
+    import torch
+
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    if not lists:
+        raise EstimateError(f"{type(model).__name__} has no list of decoder layers the estimator can read.")
+    return list(max(lists, key=len))
+
+
+@functools.lru_cache(maxsize=32)
+def model_shapes(model: str) -> Shapes:
+    """Shapes of a recipe's model (cached: the meta-device build happens once per model)."""
+    return shapes_from_config(load_config(model))
+
+
+# ---------------------------------------------------------------------------------------------
+# dtypes: which tensor ends up in which precision
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Dtypes:
+    """Bytes per element of each kind of tensor, for one recipe on one device."""
+
+    weight: int  # base weights that are not quantized (and their gradients in a full fine-tune)
+    kept: int  # embeddings, lm_head and norms (fp32 after prepare_model_for_kbit_training)
+    lora: int  # LoRA A and B (and their gradients and AdamW states)
+    compute: int  # matmul outputs under autocast: 2 for bf16/fp16, 4 for fp32
+    residual: int  # the residual stream between layers (the embedding's dtype)
+    mlp: int  # saved MLP activations (bitsandbytes returns the input's dtype: fp32 after the upcast)
+    norm_out: int  # a norm's output (weight dtype times input dtype)
+    mask: int  # a dropout mask element: bool on CUDA, the input's dtype on CPU
+
+
+DTYPE_NAMES = {1: "bool", 2: "bf16", 4: "fp32"}
+
+
+def resolve_precision(recipe: Recipe, hw: Hardware) -> str:
+    """The precision the recipe would train in on this hardware (what build.check_hardware decides)."""
+    if recipe.precision == "auto":
+        return hw.auto_precision
+    if recipe.precision == "bf16" and hw.auto_precision == "fp16":
+        raise RecipeError(f"precision='bf16' cannot run on {hw.name}; use precision='auto' (fp16 there).")
+    if recipe.precision == "fp16" and hw.device == "cpu":
+        raise RecipeError("precision='fp16' needs a CUDA GPU; use precision='auto' or 'fp32' on CPU.")
+    return recipe.precision
+
+
+def dtypes_for(recipe: Recipe, precision: str, hw: Hardware) -> Dtypes:
+    """Apply build.py's rules (and trl's, peft's, bitsandbytes') to find each tensor's dtype."""
+    half = precision in ("bf16", "fp16")
+    compute = 2 if half else 4
+    full_ft = not recipe.uses_lora
+    weight = 4 if precision == "fp32" or (precision == "fp16" and full_ft) else 2  # build.torch_dtype
+    kept = 4 if recipe.load_in_4bit and recipe.prepare_kbit else weight
+    # peft makes LoRA weights fp32; trl casts them to bf16 on 4-bit models in bf16 (build keeps fp32 otherwise)
+    lora = 2 if recipe.load_in_4bit and precision == "bf16" else 4
+    residual = kept
+    norm_out = max(kept, residual)
+    mlp = norm_out if recipe.load_in_4bit else compute
+    if hw.device == "cuda":
+        mask = 1
+    else:  # CPU dropout masks have the dtype of the dropout's input
+        mask = norm_out if recipe.load_in_4bit else lora
+    return Dtypes(weight=weight, kept=kept, lora=lora, compute=compute, residual=residual, mlp=mlp,
+                  norm_out=norm_out, mask=mask)
+
+
+def attention_kernel(hw: Hardware, d: Dtypes, s: Shapes, padded: bool) -> str:
+    """Which scaled_dot_product_attention kernel runs: 'flash', 'efficient', 'math' or 'cpu'."""
+    if hw.device == "cpu":
+        return "cpu"
+    if padded:
+        return "efficient"  # a padding mask rules out flash; transformers repeats k/v for it
+    if hw.flash_attention and d.compute == 2 and s.head_dim <= 256:
+        return "flash"
+    return "math" if s.kv_heads < s.heads else "efficient"  # the efficient kernel has no grouped-query mode
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters, gradients, optimizer state
+# ---------------------------------------------------------------------------------------------
+def nf4_bytes(numel: int, double_quant: bool) -> int:
+    """Bytes of one NF4-quantized tensor: packed 4-bit weights, block scales, code books."""
+    blocks = math.ceil(numel / NF4_BLOCK)
+    packed = math.ceil(numel / 2)
+    if double_quant:
+        return packed + blocks + math.ceil(blocks / NF4_SCALE_BLOCK) * 4 + NF4_CODE_BYTES + DQ_CODE_BYTES
+    return packed + blocks * 4 + NF4_CODE_BYTES
+
+
+def nf4_bits_per_param(double_quant: bool, numel: int = 4096 * 4096) -> float:
+    """Average bits per weight of NF4 on a tensor of `numel` elements (4.127 with double quant, 4.5 without)."""
+    return nf4_bytes(numel, double_quant) * 8 / numel
+
+
+def lora_shapes(recipe: Recipe, s: Shapes) -> list[tuple[str, int, int]]:
+    """(name, in_features, out_features) of each LoRA-adapted linear in one layer."""
+    found = [(n, i, o) for n, i, o in s.layer_linears if n in recipe.lora_targets]
+    missing = set(recipe.lora_targets) - {n for n, _, _ in found}
+    if missing:
+        raise RecipeError(f"LoRA target module(s) {sorted(missing)} not found in {recipe.model}; its linear "
+                          f"layers are {sorted({n for n, _, _ in s.layer_linears})}.")
+    return found
+
+
+def lora_params(recipe: Recipe, s: Shapes) -> int:
+    """Trainable LoRA elements: r x (in + out) per adapted linear per layer."""
+    return s.layers * sum(recipe.lora_r * (i + o) for _, i, o in lora_shapes(recipe, s))
+
+
+def parameter_terms(recipe: Recipe, s: Shapes, d: Dtypes) -> list[Term]:
+    """Weights by dtype and quantization, LoRA weights, buffers."""
+    terms = []
+    kept_note = " (upcast to fp32 by prepare_model_for_kbit_training)" if d.kept == 4 and recipe.load_in_4bit else ""
+    for name, i, o in s.layer_linears:
+        n = s.layers * i * o
+        if recipe.load_in_4bit:
+            per_tensor = nf4_bytes(i * o, recipe.double_quant)
+            kind = "NF4 + double quant" if recipe.double_quant else "NF4"
+            terms.append(Term("parameters", f"{name} ({kind}, {per_tensor * 8 / (i * o):.3f} bits/param)",
+                              s.layers * per_tensor, f"{s.layers} layers x {i} x {o} x {per_tensor / (i * o):.4f} B"))
+        else:
+            terms.append(Term("parameters", f"{name} ({DTYPE_NAMES[d.weight]})", n * d.weight,
+                              f"{s.layers} layers x {i} x {o} x {d.weight} B"))
+    terms.append(Term("parameters", f"embed_tokens{' (tied to lm_head)' if s.tied else ''}{kept_note}",
+                      s.embed_params * d.kept, f"{s.vocab} x {s.hidden} x {d.kept} B"))
+    if s.lm_head_params:
+        terms.append(Term("parameters", f"lm_head{kept_note}", s.lm_head_params * d.kept,
+                          f"{s.vocab} x {s.hidden} x {d.kept} B"))
+    terms.append(Term("parameters", "norms" + (" and other small weights" if s.other_params else ""),
+                      (s.norm_params + s.other_params) * d.kept,
+                      f"{s.norm_params + s.other_params:,} x {d.kept} B"))
+    if recipe.uses_lora:
+        n = lora_params(recipe, s)
+        terms.append(Term("parameters", f"LoRA A and B ({DTYPE_NAMES[d.lora]})", n * d.lora,
+                          f"{_lora_arithmetic(recipe, s)} = {n:,} x {d.lora} B"))
+    terms.append(Term("parameters", "buffers (rotary frequencies)", s.buffer_bytes, ""))
+    return terms
+
+
+def _lora_arithmetic(recipe: Recipe, s: Shapes) -> str:
+    """'32 layers x 16 x (4096+4096 + 4096+1024 + ...)': LoRA's element count, spelled out."""
+    inner = " + ".join(f"{i}+{o}" for _, i, o in lora_shapes(recipe, s))
+    return f"{s.layers} layers x {recipe.lora_r} x ({inner})"
+
+
+def trainable_tensors(recipe: Recipe, s: Shapes, d: Dtypes) -> list[tuple[str, int, int, int]]:
+    """(group name, elements per tensor, tensor count, bytes per element) of what the optimizer updates."""
+    if recipe.uses_lora:
+        out = []
+        for name, i, o in lora_shapes(recipe, s):
+            out.append((f"{name} lora_A", recipe.lora_r * i, s.layers, d.lora))
+            out.append((f"{name} lora_B", o * recipe.lora_r, s.layers, d.lora))
+        return out
+    out = [(name, i * o, s.layers, d.weight) for name, i, o in s.layer_linears]
+    out.append(("embed_tokens", s.embed_params, 1, d.weight))
+    if s.lm_head_params:
+        out.append(("lm_head", s.lm_head_params, 1, d.weight))
+    norms_per_layer = max(0, (s.norm_params - s.hidden) // max(1, s.layers * s.hidden))
+    out.append(("norms", s.hidden, s.layers * norms_per_layer + 1, d.weight))
+    return out
+
+
+def gradient_terms(recipe: Recipe, s: Shapes, d: Dtypes) -> list[Term]:
+    """One gradient per trainable element, in the parameter's dtype."""
+    if recipe.uses_lora:
+        n = lora_params(recipe, s)
+        return [Term("gradients", f"LoRA gradients ({DTYPE_NAMES[d.lora]})", n * d.lora, f"{n:,} x {d.lora} B")]
+    n = s.total_params
+    return [Term("gradients", f"every weight's gradient ({DTYPE_NAMES[d.weight]})", n * d.weight,
+                 f"{n:,} x {d.weight} B")]
+
+
+def optimizer_terms(recipe: Recipe, s: Shapes, d: Dtypes, hw: Hardware) -> list[Term]:
+    """Optimizer state per optimizer: AdamW's two moments, or bitsandbytes' 8-bit blocks."""
+    tensors = trainable_tensors(recipe, s, d)
+    opt = recipe.optimizer
+    if "8bit" in opt:
+        return _bnb_8bit_terms(recipe, tensors)
+    if opt in ("paged_adamw_32bit", "adamw_bnb_32bit"):
+        n = sum(e * c for _, e, c, _ in tensors)
+        return [Term("optimizer", f"{opt}: two fp32 states", 2 * n * 4, f"2 x {n:,} x 4 B")]
+    n = sum(e * c for _, e, c, _ in tensors)
+    b = tensors[0][3]
+    terms = [Term("optimizer", f"{opt}: exp_avg and exp_avg_sq ({DTYPE_NAMES[b]}, the parameters' dtype)",
+                  sum(2 * e * c * bb for _, e, c, bb in tensors), f"2 x {n:,} x {b} B")]
+    if hw.device == "cpu":  # torch keeps `step` as a tensor on the parameters' device unless it is CUDA
+        count = sum(c for _, _, c, _ in tensors)
+        terms.append(Term("optimizer", "step counters", 4 * count, f"{count} tensors x 4 B"))
+    if opt not in ("adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_torch_4bit"):
+        terms[0] = Term("optimizer", f"{opt}: assumed Adam-like, two states in the parameters' dtype",
+                        terms[0].nbytes, terms[0].arithmetic)
+    return terms
+
+
+def _bnb_8bit_terms(recipe: Recipe, tensors: list[tuple[str, int, int, int]]) -> list[Term]:
+    """bitsandbytes 8-bit state: 2 B/param + fp32 scales; 32-bit for small tensors and embeddings."""
+    eight = [(n, e, c) for n, e, c, _ in tensors if e >= BNB_MIN_8BIT_SIZE and n != "embed_tokens"]
+    small = [(n, e, c) for n, e, c, _ in tensors if (n, e, c) not in eight]
+    n8 = sum(e * c for _, e, c in eight)
+    scales = sum(math.ceil(e / BNB_8BIT_BLOCK) * c for _, e, c in eight)
+    terms = [Term("optimizer", f"{recipe.optimizer}: two 8-bit states + fp32 scale per {BNB_8BIT_BLOCK}",
+                  2 * n8 + 2 * scales * 4 + (BNB_QMAP_BYTES if eight else 0),
+                  f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB maps")]
+    n32 = sum(e * c for _, e, c in small)
+    if n32:
+        why = []
+        if any(e < BNB_MIN_8BIT_SIZE for _, e, _ in small):
+            why.append(f"tensors under {BNB_MIN_8BIT_SIZE} elements")
+        if any(n == "embed_tokens" for n, _, _ in small):
+            why.append("embeddings (the Trainer keeps them 32-bit)")
+        terms.append(Term("optimizer", "32-bit state for " + " and ".join(why), 2 * n32 * 4, f"2 x {n32:,} x 4 B"))
+    return terms
+
+
+# ---------------------------------------------------------------------------------------------
+# one estimate's setting
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    """Everything one estimate depends on: recipe, shapes, dtypes, hardware, attention kernel, padding."""
+
+    recipe: Recipe
+    shapes: Shapes
+    dtypes: Dtypes
+    hardware: Hardware
+    kernel: str  # 'flash', 'efficient', 'math' or 'cpu'
+    padded: bool
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch (T)."""
+        return self.recipe.micro_batch * self.recipe.max_seq_length
+
+    @property
+    def scored(self) -> int:
+        """Tokens the loss scores in one micro-batch (N): each row's last token has no label."""
+        return self.recipe.micro_batch * (self.recipe.max_seq_length - 1)
+
+    @property
+    def full_ft(self) -> bool:
+        return not self.recipe.uses_lora
+
+
+# ---------------------------------------------------------------------------------------------
+# activations: what autograd keeps, per token
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Piece:
+    """Bytes per token of one kind of saved tensor in one decoder layer."""
+
+    name: str
+    per_token: int
+    arithmetic: str
+
+
+def layer_pieces(x: Setup, first_layer: bool = False) -> list[Piece]:
+    """What one decoder layer keeps for backward, per token (first_layer: LoRA's layer 0, whose input needs no grad)."""
+    h, i, c = x.shapes.hidden, x.shapes.intermediate, x.dtypes.compute
+    norms = 1 if first_layer else 2
+    out = [Piece("RMSNorm inputs in fp32 + rsqrt", norms * (4 * h + 4), f"{norms} x (4 B x {h} + 4 B)")]
+    if x.full_ft:
+        r = x.dtypes.residual
+        out.append(Piece("RMSNorm normalized values (the norm weights train)", 2 * r * h, f"2 x {r} B x {h}"))
+    out.append(attention_piece(x))
+    out.extend(full_ft_linear_inputs(x) if x.full_ft else [lora_piece(x, first_layer)])
+    mlp = c if x.full_ft else x.dtypes.mlp
+    out.append(Piece(f"MLP gate, up and silu outputs ({DTYPE_NAMES[mlp]})", 3 * i * mlp, f"3 x {i} x {mlp} B"))
+    return out
+
+
+def attention_piece(x: Setup) -> Piece:
+    """What scaled_dot_product_attention keeps: q, k, v, output and logsumexp, or the probabilities (math)."""
+    q, kv, heads, c, seq = x.shapes.q_dim, x.shapes.kv_dim, x.shapes.heads, x.dtypes.compute, x.recipe.max_seq_length
+    if x.kernel == "math":  # no fused kernel: scaled q and k, v and the [heads x seq] probabilities, in fp32
+        return Piece("attention (math kernel): scaled q, k, v and the probabilities, fp32",
+                     4 * (3 * q + heads * seq), f"4 B x (3 x {q} + {heads} heads x {seq})")
+    if x.padded:  # a mask: transformers repeats k and v to every head; the kernel keeps the float mask
+        return Piece(f"attention ({x.kernel}, padded batch): q, k and v repeated to {q}, output, logsumexp, mask",
+                     c * 4 * q + 4 * heads + c * seq, f"{c} B x 4 x {q} + 4 B x {heads} + {c} B x {seq}")
+    return Piece(f"attention ({x.kernel}): q, k, v, output, logsumexp", c * (2 * q + 2 * kv) + 4 * heads,
+                 f"{c} B x (2 x {q} + 2 x {kv}) + 4 B x {heads}")
+
+
+def lora_piece(x: Setup, first_layer: bool = False) -> Piece:
+    """LoRA keeps, per adapted linear: the dropout mask, lora_A's input and lora_A's output."""
+    recipe, c, r = x.recipe, x.dtypes.compute, x.recipe.lora_r
+    total, parts = 0, []
+    for name, i, _ in lora_shapes(recipe, x.shapes):
+        has_mask = recipe.lora_dropout > 0 and not (first_layer and name in ATTENTION_INPUTS)
+        m = x.dtypes.mask if has_mask else 0
+        total += i * (c + m) + r * c
+        parts.append(f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
+    names = ", ".join(n for n, _, _ in lora_shapes(recipe, x.shapes))
+    what = "dropout mask, lora_A input and output" if recipe.lora_dropout > 0 else "lora_A input and output"
+    return Piece(f"LoRA ({names}): {what}", total, " + ".join(parts) + " B")
+
+
+def full_ft_linear_inputs(x: Setup) -> list[Piece]:
+    """A full fine-tune keeps every linear's input for its weight gradient (q/k/v share one)."""
+    h, i, c = x.shapes.hidden, x.shapes.intermediate, x.dtypes.compute
+    same = x.dtypes.norm_out == c  # else autocast makes one copy per consumer
+    attn, mlp = (1, 1) if same else (3, 2)
+    pieces = [Piece("linear inputs (the weights train): both norms' outputs and down_proj's input",
+                    (attn + mlp) * h * c + i * c, f"{attn + mlp} x {h} x {c} B + {i} x {c} B")]
+    if x.kernel == "math":  # the fused kernels keep their output anyway; the math path does not
+        pieces.append(Piece("o_proj input", x.shapes.q_dim * c, f"{x.shapes.q_dim} x {c} B"))
+    return pieces
+
+
+def autocast_weight_copies(x: Setup) -> int:
+    """Bytes per layer of half-precision copies autocast makes of fp32 weights that train (kept for backward)."""
+    if x.dtypes.compute == 4:
+        return 0
+    if x.full_ft:
+        return x.dtypes.compute * sum(i * o for _, i, o in x.shapes.layer_linears) if x.dtypes.weight == 4 else 0
+    if x.dtypes.lora == 4:
+        return x.dtypes.compute * sum(x.recipe.lora_r * (i + o) for _, i, o in lora_shapes(x.recipe, x.shapes))
+    return 0
+
+
+def per_layer_bytes(pieces: list[Piece]) -> int:
+    """Bytes per token of one layer."""
+    return sum(p.per_token for p in pieces)
+
+
+def layer_activation_terms(x: Setup) -> list[Term]:
+    """Every layer's saved tensors, or only each layer's input under gradient checkpointing."""
+    recipe, s, d = x.recipe, x.shapes, x.dtypes
+    B, S, T, L, h = recipe.micro_batch, recipe.max_seq_length, x.tokens, s.layers, s.hidden
+    if recipe.gradient_checkpointing:
+        terms = [Term("activations", f"checkpointed layer inputs ({DTYPE_NAMES[d.residual]})", L * T * h * d.residual,
+                      f"{L} layers x {T} tokens x {h} x {d.residual} B"),
+                 Term("activations", "position ids (a checkpoint input)", S * 8, f"{S} x 8 B")]
+        if x.padded:
+            terms.append(Term("activations", "padding mask (bool, a checkpoint input)", B * S * S, f"{B} x {S} x {S} x 1 B"))
+        return terms
+    rest = L - 1 if recipe.uses_lora else L  # LoRA's layer 0: the embedding output needs no gradient
+    terms = [Term("activations", p.name, rest * T * p.per_token, f"{rest} layers x {T} tokens x {p.arithmetic}")
+             for p in layer_pieces(x)]
+    if recipe.uses_lora:
+        first = per_layer_bytes(layer_pieces(x, first_layer=True))
+        terms.append(Term("activations", "layer 0 (its input needs no gradient: no first-norm input, no q/k/v masks)",
+                          T * first, f"{T} tokens x {first:,} B"))
+    copies = autocast_weight_copies(x)
+    if copies:
+        terms.append(Term("activations", f"{DTYPE_NAMES[x.dtypes.compute]} copies of the fp32 weights that train "
+                          "(autocast makes them; matmuls keep them)", L * copies, f"{L} layers x {copies:,} B"))
+    return terms
+
+
+def head_activation_terms(x: Setup) -> list[Term]:
+    """What the final norm, the rotary tables and the fused loss keep (outside the layers)."""
+    recipe, d, h = x.recipe, x.dtypes, x.shapes.hidden
+    B, S, T, N = recipe.micro_batch, recipe.max_seq_length, x.tokens, x.scored
+    terms = [Term("activations", "final RMSNorm input in fp32 + rsqrt", T * (4 * h + 4), f"{T} tokens x (4 B x {h} + 4 B)")]
+    if x.full_ft:
+        terms.append(Term("activations", "final RMSNorm normalized values", T * h * d.residual, f"{T} x {h} x {d.residual} B"))
+    rows = T if (x.hardware.device == "cpu" and B == 1) else N  # CPU with one row keeps a view, else a copy
+    terms.append(Term("activations", "hidden states kept by the fused loss", rows * h * d.norm_out,
+                      f"{rows} x {h} x {d.norm_out} B"))
+    terms.append(Term("activations", "labels of the step's micro-batches, per-token log-probs",
+                      recipe.grad_accum * T * 8 + N * 16, f"{recipe.grad_accum} x {T} x 8 B + {N} x 16 B"))
+    terms.append(Term("activations", "rotary cos and sin tables", 2 * S * x.shapes.head_dim * d.residual,
+                      f"2 x {S} x {x.shapes.head_dim} x {d.residual} B"))
+    return terms
+
+
+# ---------------------------------------------------------------------------------------------
+# temporaries: three candidate moments
+# ---------------------------------------------------------------------------------------------
+def loss_backward_temporaries(x: Setup) -> list[Term]:
+    """trl's chunked log-prob backward: the logits tile, fp32 gradient buffers, dtype copies."""
+    s, d, h, c, N = x.shapes, x.dtypes, x.shapes.hidden, x.dtypes.compute, x.scored
+    n = min(N, LOSS_TOKEN_TILE)
+    cols = min(s.vocab, LOSS_VOCAB_TILE)
+    terms = [Term("temporaries", f"loss tile (up to {LOSS_TOKEN_TILE} tokens x {LOSS_VOCAB_TILE:,} vocabulary columns)",
+                  n * LOSS_VOCAB_TILE * c, f"{n} x {LOSS_VOCAB_TILE} x {c} B"),
+             Term("temporaries", "fp32 gradient of the hidden states", N * h * 4, f"{N} x {h} x 4 B"),
+             Term("temporaries", "gradient of the per-token log-probs", N * 4, f"{N} x 4 B")]
+    if d.norm_out != c:
+        terms.append(Term("temporaries", f"hidden states cast to {DTYPE_NAMES[c]}", n * h * c, f"{n} x {h} x {c} B"))
+    lm_head = d.weight if x.full_ft else d.kept
+    if lm_head != c:
+        copies = 2 if s.vocab > LOSS_VOCAB_TILE else 1  # the next chunk's copy exists before the last is freed
+        terms.append(Term("temporaries", f"lm_head chunk cast to {DTYPE_NAMES[c]} ({copies} overlapping)",
+                          copies * cols * h * c, f"{copies} x {cols} x {h} x {c} B"))
+    if x.full_ft:
+        terms.append(Term("temporaries", "fp32 gradient of lm_head", s.vocab * h * 4, f"{s.vocab} x {h} x 4 B"))
+    if x.hardware.device == "cpu":  # no Triton: the tile's backward runs as torch ops on [tokens x vocab] tensors
+        k = 7 if c == 4 else 8
+        terms.append(Term("temporaries", f"CPU fallback of the tile backward ({k} fp32 + 1 bool [tokens x vocab])",
+                          n * cols * (k * 4 + 1), f"{n} x {cols} x ({k} x 4 + 1) B"))
+    elif d.norm_out != 4:
+        terms.append(Term("temporaries", f"hidden-state gradient cast back to {DTYPE_NAMES[d.norm_out]}",
+                          N * h * d.norm_out, f"{N} x {h} x {d.norm_out} B"))
+    return terms
+
+
+def loss_forward_extras(x: Setup) -> list[Term]:
+    """Alive only during the fused loss's forward (so the tracker files them as activations): the tile, casts."""
+    s, d, h, c = x.shapes, x.dtypes, x.shapes.hidden, x.dtypes.compute
+    n, cols = min(x.scored, LOSS_TOKEN_TILE), min(s.vocab, LOSS_VOCAB_TILE)
+    terms = [Term("activations", "loss tile during the loss's forward", n * LOSS_VOCAB_TILE * c,
+                  f"{n} x {LOSS_VOCAB_TILE} x {c} B")]
+    if not (x.hardware.device == "cpu" and x.recipe.micro_batch == 1):  # the kept hidden states are a copy
+        terms.append(Term("activations", "final norm output, still referenced during the loss's forward",
+                          x.tokens * h * d.norm_out, f"{x.tokens} x {h} x {d.norm_out} B"))
+    if d.norm_out != c:
+        terms.append(Term("activations", f"hidden states cast to {DTYPE_NAMES[c]} (forward)", n * h * c, f"{n} x {h} x {c} B"))
+    if (d.weight if x.full_ft else d.kept) != c:
+        terms.append(Term("activations", f"lm_head chunk cast to {DTYPE_NAMES[c]} (forward: one at a time)",
+                          cols * h * c, f"{cols} x {h} x {c} B"))
+    if x.hardware.device == "cpu":
+        terms.append(Term("activations", "CPU fallback of the tile forward (3 fp32 [tokens x vocab])",
+                          3 * n * cols * 4, f"3 x {n} x {cols} x 4 B"))
+    return terms
+
+
+def layer_backward_temporaries(x: Setup) -> list[Term]:
+    """The last layer's backward: its recomputed activations (checkpointing) and the MLP's gradients."""
+    T, h, i, d = x.tokens, x.shapes.hidden, x.shapes.intermediate, x.dtypes
+    terms = []
+    if x.recipe.gradient_checkpointing:
+        per_token = per_layer_bytes(layer_pieces(x))
+        if d.residual == 4:  # the first norm keeps the checkpointed input itself, not a new fp32 copy
+            per_token -= 4 * h
+        terms.append(Term("temporaries", "last layer recomputed (checkpointing)", T * per_token + autocast_weight_copies(x),
+                          f"{T} tokens x {per_token:,} B" + (f" + {autocast_weight_copies(x):,} B of autocast weight copies"
+                                                              if autocast_weight_copies(x) else "")))
+    mlp = d.compute if x.full_ft else d.mlp
+    terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate, up",
+                      T * (h * d.residual + 3 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 3 x {i} x {mlp}) B"))
+    return terms
+
+
+TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf", "paged_adamw_32bit")
+
+
+def optimizer_step_temporaries(x: Setup) -> list[Term]:
+    """Scratch of the optimizer step: torch AdamW's sqrt of the second moment; 8-bit steps work in place."""
+    if x.recipe.optimizer not in TORCH_ADAMW:
+        return [Term("temporaries", f"{x.recipe.optimizer} step (in-place kernels)", 0, "")]
+    tensors = trainable_tensors(x.recipe, x.shapes, x.dtypes)
+    if x.hardware.device == "cuda":  # foreach: one copy of every exp_avg_sq at once
+        n = sum(e * c for _, e, c, _ in tensors)
+        return [Term("temporaries", "AdamW step: sqrt(exp_avg_sq) of every tensor at once (foreach)",
+                     sum(e * c * b for _, e, c, b in tensors), f"{n:,} x {tensors[0][3]} B")]
+    largest = max(e * b for _, e, _, b in tensors)
+    return [Term("temporaries", "AdamW step, one tensor at a time: two copies of the largest", 2 * largest,
+                 f"2 x {largest:,} B")]
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimate
+# ---------------------------------------------------------------------------------------------
+def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", padded: bool = False) -> Estimate:
+    """Predict the peak memory of one steady-state training step of `recipe`, term by term.
+
+    config: a transformers config (default: the recipe's model's). hardware: 'gpu' (bf16, flash
+    attention), 't4' (fp16) or 'cpu'. padded: a micro-batch at the peak has padding, so attention
+    gets a mask (one per layer, and k/v repeated to every head); full batches have none.
+    """
+    hw = get_hardware(hardware)
+    s = shapes_from_config(config) if config is not None else model_shapes(recipe.model)
+    precision = resolve_precision(recipe, hw)
+    d = dtypes_for(recipe, precision, hw)
+    x = Setup(recipe, s, d, hw, attention_kernel(hw, d, s, padded), padded)
+    candidates = candidate_moments(x)
+    totals = {name: sum(t.nbytes for t in terms) for name, terms in candidates.items()}
+    moment = max(totals, key=totals.get)
+    return Estimate(recipe=recipe, hardware=hw, precision=precision, moment=moment,
+                    terms=[t for t in candidates[moment] if t.nbytes], moments=totals, notes=estimate_notes(x))
+
+
+def candidate_moments(x: Setup) -> dict[str, list[Term]]:
+    """What is alive at each moment the peak can happen: the loss's forward and backward, the last layer's backward,
+    the optimizer step."""
+    static = parameter_terms(x.recipe, x.shapes, x.dtypes) + optimizer_terms(x.recipe, x.shapes, x.dtypes, x.hardware)
+    grads = gradient_terms(x.recipe, x.shapes, x.dtypes)
+    accumulating = x.recipe.grad_accum > 1
+    which = "micro-batch 2 or later (every gradient exists)" if accumulating else "the step's only micro-batch"
+    layers = layer_activation_terms(x)
+    head = head_activation_terms(x)
+    return {
+        f"in the forward of the fused loss, {which}":
+            static + (grads if accumulating else []) + layers + head + loss_forward_extras(x),
+        f"in the backward of the fused loss, {which}":
+            static + (grads if accumulating else []) + layers + head + loss_backward_temporaries(x),
+        f"in the backward of the last decoder layer, {which}":
+            static + (grads if accumulating else lm_head_gradient(x)) + layers + layer_backward_temporaries(x),
+        "in the optimizer step": static + grads + optimizer_step_temporaries(x),
+    }
+
+
+def lm_head_gradient(x: Setup) -> list[Term]:
+    """A full fine-tune's first micro-batch: lm_head's gradient exists once the loss's backward is done."""
+    if not x.full_ft:
+        return []
+    n, b = x.shapes.lm_head_params or x.shapes.embed_params, x.dtypes.weight
+    return [Term("gradients", "lm_head's gradient (the layers' come later)", n * b, f"{n:,} x {b} B")]
+
+
+def estimate_notes(x: Setup) -> list[str]:
+    """Assumptions a reader should know about."""
+    notes = []
+    if x.shapes.model_type not in ("llama", "mistral", "qwen2", "qwen3"):
+        notes.append(f"activations are modelled on Llama-style layers; {x.shapes.model_type!r} may differ.")
+    if x.kernel == "math":
+        notes.append("no fused attention kernel applies (fp32, or no FlashAttention-2, with grouped-query "
+                     "attention): the math kernel keeps [heads x seq x seq] probabilities per layer.")
+    if not x.padded:
+        notes.append("assumes full (unpadded) micro-batches; a padded one adds a mask and repeated k/v per layer.")
+    return notes

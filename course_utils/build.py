@@ -324,3 +324,61 @@ def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, s
     accumulated = grads()
     gap = max(((a - w).norm() / w.norm().clamp(min=1e-12)).item() for a, w in zip(accumulated, whole))
     return gap < 1e-5, gap
+
+
+def weight_storage(model) -> list[dict]:
+    """Every weight tensor of a model: its name, how it is stored, how many parameters it holds,
+    and its bytes (4-bit weights with their quantization state: scales, nested scales, code tables)."""
+    from .memtrack import _quant_state_tensors, tensor_bytes
+
+    rows = []
+    for name, p in model.named_parameters():
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            numel = int(qs.shape.numel()) if hasattr(qs.shape, "numel") else int(torch_prod(qs.shape))
+            rows.append(dict(name=name, stored=f"4-bit {qs.quant_type}" + (" +DQ" if qs.nested else ""),
+                             params=numel, bytes=tensor_bytes([p] + _quant_state_tensors(qs))))
+        else:
+            rows.append(dict(name=name, stored=str(p.dtype).replace("torch.", ""), params=p.numel(),
+                             bytes=p.numel() * p.element_size()))
+    return rows
+
+
+def torch_prod(shape) -> int:
+    """Product of a shape's sizes."""
+    out = 1
+    for size in shape:
+        out *= int(size)
+    return out
+
+
+def weight_groups(model) -> dict[str, dict]:
+    """weight_storage() summed by what the weights are: quantized linear layers, LoRA, embeddings,
+    the output layer, norms. Each group: parameters, bytes, how stored, bits per parameter."""
+    groups: dict[str, dict] = {}
+    for row in weight_storage(model):
+        name = row["name"]
+        group = ("LoRA adapters" if "lora_" in name else "embeddings" if "embed" in name
+                 else "lm_head (output layer)" if "lm_head" in name else "norms" if "norm" in name
+                 else "linear layers")
+        g = groups.setdefault(group, dict(params=0, bytes=0, stored=set()))
+        g["params"] += row["params"]
+        g["bytes"] += row["bytes"]
+        g["stored"].add(row["stored"])
+    for g in groups.values():
+        g["stored"] = ", ".join(sorted(g["stored"]))
+        g["bits_per_param"] = 8 * g["bytes"] / g["params"]
+    return groups
+
+
+def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
+    """Load a model as a recipe would (quantization included), without LoRA or a trainer."""
+    from transformers.utils import logging as hf_logging
+
+    recipe = Recipe(model=model, load_in_4bit=load_in_4bit, double_quant=double_quant, precision=precision)
+    hf_logging.disable_progress_bar()
+    try:
+        loaded, _ = load_model(recipe, check_hardware(recipe))
+    finally:
+        hf_logging.enable_progress_bar()
+    return loaded

@@ -19,7 +19,7 @@ _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
 __version__ = "0.1.0"
 # Bump when measure/memtrack change what a stored number means: older stored results stop matching.
-MEASUREMENT_METHOD = 2
+MEASUREMENT_METHOD = 3
 
 
 def __getattr__(name):  # lazy imports keep `import course_utils` fast

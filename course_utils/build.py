@@ -231,6 +231,10 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
             processing_class=tokenizer,
             callbacks=list(callbacks),
         )
+        # 'wrapped' packing leaves one short block per 1,000 records; drop them, so that every
+        # micro-batch is exactly micro_batch x max_seq_length tokens, with no padding and no mask
+        full = recipe.max_seq_length
+        trainer.train_dataset = trainer.train_dataset.filter(lambda row: len(row["input_ids"]) == full)
     finally:
         datasets.enable_progress_bars()
     from transformers.trainer_callback import PrinterCallback

@@ -95,10 +95,44 @@ def technique_figure(mine, reference=(), title: str = "Memory against speed, eve
     mine = [m for m in mine if m is not None]
     panels = 2 if reference else 1
     fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 4.8), squeeze=False)
-    memory_vs_speed(mine, ax=axes[0][0], title=f"Your run: {mine[0].env['device'] if mine else '?'}")
+    memory_vs_speed(mine, ax=axes[0][0], title=f"Your run: {mine[0].env['device'] if mine else '?'}", numbers_only=True)
+    captions = [_numbered(mine)]
     if reference:
         model = reference[0].recipe.get("model")
-        memory_vs_speed([], list(reference), ax=axes[0][1], title=f"Reference: {model} on {reference[0].env['device']}")
+        memory_vs_speed([], list(reference), ax=axes[0][1], numbers_only=True,
+                        title=f"Reference: {model} on {reference[0].env['device']}")
+        captions.append(_numbered(reference))
+    for ax, caption in zip(axes[0], captions):
+        ax.text(0.0, -0.16, caption, transform=ax.transAxes, fontsize=8, va="top")
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def _numbered(ms) -> str:
+    """'1. label' lines for the recipes that fit, numbered as the plot numbers them."""
+    return "\n".join(f"{i}. {m.label}" for i, m in enumerate((m for m in ms if m.fits), start=1))
+
+
+def estimate_for(recipe: Recipe):
+    """The estimator's prediction for `recipe` on this kind of device (CPU, T4-class or bf16 GPU)."""
+    from .estimate import estimate
+    from .hardware import bf16_supported, device_type
+
+    hardware = "cpu" if device_type() == "cpu" else ("gpu" if bf16_supported() else "t4")
+    return estimate(recipe.with_(label=recipe.label), hardware=hardware)
+
+
+def estimate_vs_measured(measurements) -> str:
+    """A table: for each measurement, estimated against measured MiB per category and at the peak."""
+    from .memtrack import CATEGORIES
+
+    cats = [c for c in CATEGORIES if c != "other"] + ["peak"]
+    lines = [f"{'recipe':<34}{'':>10}" + "".join(f"{c[:11]:>12}" for c in cats)]
+    for m in measurements:
+        est = estimate_for(m.recipe_obj)
+        got = {**m.peak_by_category, "peak": m.peak_bytes}
+        want = {**est.by_category, "peak": est.peak_bytes}
+        lines.append(f"{m.label[:34]:<34}{'measured':>10}" + "".join(f"{got.get(c, 0) / 2**20:12.1f}" for c in cats))
+        lines.append(f"{'':<34}{'estimated':>10}" + "".join(f"{want.get(c, 0) / 2**20:12.1f}" for c in cats))
+    return "\n".join(lines)

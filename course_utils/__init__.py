@@ -12,6 +12,9 @@ from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
 # Library noise a learner cannot act on: peft calls transformers' gradient-checkpointing methods by
 # their pre-5 names, and bitsandbytes logs that an optional CPU kernel package is absent.
 _warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
+# Printed to stderr where it happens; as a warning it would also print the caller's file path.
+_warnings.filterwarnings("ignore", category=UserWarning, message=r"Could not reach the Hugging Face hub.*")
+_warnings.filterwarnings("ignore", message=r"'pin_memory' argument is set as true but no accelerator.*")
 # build() records this one as a note on the measurement instead
 _warnings.filterwarnings("ignore", message=r"Paged optimizers are not supported on CPU.*", category=UserWarning)
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)

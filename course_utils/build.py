@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .hardware import HardwareError, bitsandbytes_status, device_type, resolve_precision
+from .models import no_progress_bars
 from .recipe import Recipe, RecipeError
 
 
@@ -262,14 +263,9 @@ def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads:
     import torch
     from peft import get_peft_model
 
-    from transformers.utils import logging as hf_logging
-
     recipe = Recipe(model=model, gradient_checkpointing=True)
-    hf_logging.disable_progress_bar()  # a second-long load: no bar in the notebook's checked output
-    try:
+    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
         loaded, _ = load_model(recipe, check_hardware(recipe))
-    finally:
-        hf_logging.enable_progress_bar()
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     inner = peft_model.get_base_model()
@@ -300,14 +296,9 @@ def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, s
     accumulation over micro-batches of `micro_batch`: (equal within 1e-5 relative, largest relative gap)."""
     import torch
     from peft import get_peft_model
-    from transformers.utils import logging as hf_logging
-
     recipe = Recipe(model=model)
-    hf_logging.disable_progress_bar()
-    try:
+    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
         loaded, _ = load_model(recipe, check_hardware(recipe))
-    finally:
-        hf_logging.enable_progress_bar()
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     peft_model.eval()  # no dropout: the two ways must see the same function
@@ -377,12 +368,7 @@ def weight_groups(model) -> dict[str, dict]:
 
 def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
     """Load a model as a recipe would (quantization included), without LoRA or a trainer."""
-    from transformers.utils import logging as hf_logging
-
     recipe = Recipe(model=model, load_in_4bit=load_in_4bit, double_quant=double_quant, precision=precision)
-    hf_logging.disable_progress_bar()
-    try:
+    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
         loaded, _ = load_model(recipe, check_hardware(recipe))
-    finally:
-        hf_logging.enable_progress_bar()
     return loaded

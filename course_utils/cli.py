@@ -1,4 +1,5 @@
-"""The `course` command: `course run` (the chapter's ladder, headless) and `course env`."""
+"""The `course` command: `course run` (the chapter's ladder, headless), `course env`, `course estimate`
+(the expected-memory table, or one recipe's arithmetic) and `course plan` (what fits a budget)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,104 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    """Print the expected-memory table, or (with --model) one recipe's estimate and its arithmetic."""
+    from .estimate import EstimateError, estimate, expected_memory_table, format_expected_table
+
+    try:
+        if args.model is None:
+            print(format_expected_table(expected_memory_table(hardware=args.hardware)))
+            return 0
+        print(estimate(_recipe_from_args(args), hardware=args.hardware).explain())
+    except EstimateError as exc:
+        print(f"course: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _recipe_from_args(args: argparse.Namespace):
+    """The recipe `course estimate` describes: a base (plain LoRA, or the chapter's) with the flags applied."""
+    from .recipe import Recipe, source_chapter_recipe
+
+    base = source_chapter_recipe(args.model) if args.source else Recipe(model=args.model, precision="auto")
+    knobs = {"load_in_4bit": args.load_in_4bit, "double_quant": args.double_quant, "precision": args.precision,
+             "gradient_checkpointing": args.gradient_checkpointing, "micro_batch": args.micro_batch,
+             "grad_accum": args.grad_accum, "optimizer": args.optimizer, "max_seq_length": args.seq}
+    changes = {k: v for k, v in knobs.items() if v is not None}
+    if args.lora_r is not None:
+        changes["lora_r"] = None if args.lora_r == 0 else args.lora_r
+    return base.with_(**changes)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """List the candidate recipes that fit the budget, fastest first, and name the pick."""
+    from .estimate import EstimateError
+    from .plan import BudgetError, plan
+
+    try:
+        result = plan(args.model, args.budget, seq=args.seq, hardware=args.hardware)
+    except (BudgetError, EstimateError) as exc:
+        print(f"course: error: {exc}", file=sys.stderr)
+        return 2
+    print(result.format(show=None if args.all else 15))
+    if result.pick is not None:
+        print(f"Check it on a GPU: python scripts/check_plan.py --model {args.model} "
+              f"--budget {result.budget / 2**30:.2f}GiB --seq {args.seq} --hardware {args.hardware}")
+    return 0
+
+
+def _budget(text: str) -> int:
+    """argparse type for --budget: bytes, or an error that names the input."""
+    from .plan import BudgetError, parse_budget
+
+    try:
+        return parse_budget(text)
+    except BudgetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _lora_rank(text: str) -> int:
+    """argparse type for --lora-r: a rank, or 'none' (0) for a full fine-tune."""
+    if text.lower() in ("none", "full", "0"):
+        return 0
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--lora-r takes a whole number or 'none' (full fine-tune), got {text!r}") from None
+
+
+def _add_estimate_and_plan(sub) -> None:
+    """The `estimate` and `plan` subcommands."""
+    hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
+                    help="gpu: a bf16 GPU of compute capability 8.0+ (A100, L4, H100, H200; default); "
+                         "t4: Colab's free T4 (fp16, no FlashAttention-2, 14.7 GiB); cpu")
+    est = sub.add_parser("estimate", help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
+    est.add_argument("--model", default=None,
+                     help="a preset (llama-3.1-8b, ...), 'tiny', or a local folder / cached hub id; "
+                          "without it, print the expected-memory table")
+    est.add_argument("--source", action="store_true", help="start from the source chapter's complete recipe")
+    est.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None, help="NF4 base weights")
+    est.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None, help="quantize the 4-bit scales")
+    est.add_argument("--lora-r", type=_lora_rank, default=None, help="LoRA rank, or 'none' for a full fine-tune")
+    est.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default=None)
+    est.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
+    est.add_argument("--micro-batch", type=int, default=None)
+    est.add_argument("--grad-accum", type=int, default=None)
+    est.add_argument("--optimizer", default=None, help="adamw_torch, adamw_8bit, paged_adamw_8bit, ...")
+    est.add_argument("--seq", type=int, default=None, help="max sequence length")
+    est.add_argument("--hardware", **hardware)
+    est.set_defaults(func=_cmd_estimate)
+
+    pl = sub.add_parser("plan", help="the recipes that fit a memory budget, and the fastest of them")
+    pl.add_argument("--model", required=True, help="a preset such as llama-3.1-8b, or a local folder / cached hub id")
+    pl.add_argument("--budget", type=_budget, default=None,
+                    help="memory to fit in, e.g. 16GiB, 16GB, 14.7GiB (default with --hardware t4: 14.7GiB)")
+    pl.add_argument("--seq", type=int, default=512, help="max sequence length (default 512)")
+    pl.add_argument("--hardware", **hardware)
+    pl.add_argument("--all", action="store_true", help="list every recipe that fits, not only the 15 fastest")
+    pl.set_defaults(func=_cmd_plan)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `course` command."""
     parser = argparse.ArgumentParser(prog="course", description="Chapter 3, Memory-Efficient Training: measure it.")
@@ -84,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     env = sub.add_parser("env", help="print the environment report with [OK]/[FAIL] checks")
     env.set_defaults(func=_cmd_env)
+    _add_estimate_and_plan(sub)
     return parser
 
 

@@ -35,6 +35,12 @@ SHIPPED_PATH: Path = Path(__file__).resolve().parent / "data" / "instructions.js
 DOLLY_HUB_ID = "databricks/databricks-dolly-15k"
 FIELDS = ("instruction", "context", "response", "category")
 
+
+
+class ShippedDataWarning(UserWarning):
+    """The hub data set could not be loaded, so the shipped copy is used (also printed to stderr)."""
+
+
 SOURCES = ("auto", "hub", "shipped")
 _TRUTHY = {"1", "true", "yes", "on"}
 
@@ -107,7 +113,7 @@ def _fallback(reason: str, n: int | None) -> datasets.Dataset:
         f"using the {len(_read_shipped()):,} shipped offline examples instead "
         f"(course_utils/data/{SHIPPED_PATH.name})."
     )
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, ShippedDataWarning, stacklevel=3)
     print(message, file=sys.stderr)
     return load_shipped(n)
 

@@ -27,6 +27,7 @@ the tiny model, and against the H200 reference runs in `course_utils/reference/`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -49,7 +50,6 @@ BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit optimizer state
 BNB_QMAP_BYTES = 2 * 256 * 4  # the two shared 8-bit quantization maps
 
 ATTENTION_INPUTS = ("q_proj", "k_proj", "v_proj")  # linears fed by the layer's first norm
-MLP_INPUTS = ("gate_proj", "up_proj")  # linears fed by the second norm
 
 
 class EstimateError(ValueError):
@@ -68,13 +68,15 @@ class Hardware:
     auto_precision: str  # what precision="auto" becomes there
     flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
     memory_gib: float | None = None  # usable memory, when the hardware fixes it
+    short: str = ""  # a few words for table headers
 
 
 HARDWARE = {
-    "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
-                    "cuda", "bf16", True),
-    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7),
-    "cpu": Hardware("CPU", "cpu", "fp32", False),
+    "gpu": Hardware("a CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
+                    "cuda", "bf16", True, short="a bf16 GPU"),
+    "t4": Hardware("an NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
+                   short="a T4 (fp16)"),
+    "cpu": Hardware("a CPU", "cpu", "fp32", False, short="a CPU"),
 }
 
 
@@ -133,9 +135,9 @@ class Estimate:
 
     def explain(self) -> str:
         """The arithmetic, term by term, grouped by category."""
-        lines = [f"Estimate for {self.recipe.model}: {self.recipe.describe().replace(self.recipe.precision, self.precision)}",
+        lines = [f"Estimate for {self.recipe.model}: {self.recipe.with_(precision=self.precision).describe()}",
                  f"on {self.hardware.name}; {self.recipe.micro_batch * self.recipe.max_seq_length} tokens "
-                 f"per micro-batch.",
+                 "per micro-batch.",
                  f"The peak is {self.moment}.", ""]
         for cat in CATEGORIES:
             terms = [t for t in self.terms if t.category == cat]
@@ -152,8 +154,10 @@ class Estimate:
 
 
 def fmt_bytes(n: float) -> str:
-    """Bytes as MiB (or GiB past 100 GiB), with thousands separators."""
-    return f"{n / GiB:,.1f} GiB" if n >= 100 * GiB else f"{n / MiB:,.1f} MiB"
+    """Bytes as MiB with thousands separators (KiB below 0.1 MiB, GiB from 100 GiB)."""
+    if n >= 100 * GiB:
+        return f"{n / GiB:,.1f} GiB"
+    return f"{n / MiB:,.1f} MiB" if n >= 0.1 * MiB else f"{n / 1024:,.1f} KiB"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,10 +179,8 @@ class Shapes:
     layer_linears: tuple[tuple[str, int, int], ...]  # (name, in_features, out_features) of one layer
     embed_params: int
     lm_head_params: int  # 0 when tied
-    norm_params: int  # every norm weight in the model
-    other_params: int  # anything else that is not a layer linear
+    small_tensors: tuple[tuple[str, int, int], ...]  # (kind, elements, count): norms and the like
     buffer_bytes: int  # rotary inv_freq and the like (fp32)
-    largest_param: int  # elements of the largest single tensor
 
     @property
     def q_dim(self) -> int:
@@ -194,13 +196,18 @@ class Shapes:
         return self.layers * sum(i * o for _, i, o in self.layer_linears)
 
     @property
+    def small_params(self) -> int:
+        """Elements of the norms and other small weights."""
+        return sum(n * c for _, n, c in self.small_tensors)
+
+    @property
     def total_params(self) -> int:
-        return self.linear_params + self.embed_params + self.lm_head_params + self.norm_params + self.other_params
+        return self.linear_params + self.embed_params + self.lm_head_params + self.small_params
 
 
 def load_config(model: str):
     """The transformers config of a recipe's model: tiny, a preset, a local folder or a cached hub id."""
-    from .models import TINY, ModelUnavailableError, is_preset, preset_config
+    from .models import PRESETS, TINY, ModelUnavailableError, is_preset, preset_config
 
     if is_preset(model):
         return preset_config(model)
@@ -214,38 +221,32 @@ def load_config(model: str):
         return AutoConfig.from_pretrained(model)
     except OSError as exc:
         raise ModelUnavailableError(
-            f"Cannot read the config of {model!r} here ({type(exc).__name__}: {str(exc).splitlines()[0]}). "
-            "It is not a local folder and not in the local hub cache, and the hub cannot be reached (or "
-            "HF_HUB_OFFLINE is set). Use model='tiny' or a preset with a real shape "
-            "(llama-3.1-8b, llama-2-7b, llama-2-13b, llama-3.1-70b, mistral-7b, llama-3.2-1b), or pass a "
-            "folder that holds a config.json."
+            f"Cannot read the config of {model!r} here: it is not a local folder holding a config.json, not in "
+            "the local hub cache, and the hub cannot be reached (offline, or HF_HUB_OFFLINE is set). "
+            f"Use model='tiny' or a preset with a real shape ({', '.join(PRESETS)}), or download the model's "
+            "config.json and pass its folder."
         ) from exc
 
 
 def shapes_from_config(config) -> Shapes:
     """Build the model on the meta device (no memory, no weights) and read every shape."""
+    import collections
+
     import torch
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     layers = _decoder_layers(model)
-    first = layers[0]
     linears = tuple((name.rsplit(".", 1)[-1], m.in_features, m.out_features)
-                    for name, m in first.named_modules() if isinstance(m, torch.nn.Linear))
+                    for name, m in layers[0].named_modules() if isinstance(m, torch.nn.Linear))
     embed = model.get_input_embeddings().weight
     head = model.get_output_embeddings()
     tied = head is not None and head.weight is embed
-    in_layers = {id(p) for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear)
-                 for p in m.parameters(recurse=False)}
-    norm_params = other = 0
-    for name, p in model.named_parameters():
-        if id(p) in in_layers or p is embed or (head is not None and p is head.weight):
-            continue
-        if "norm" in name.lower():
-            norm_params += p.numel()
-        else:
-            other += p.numel()
+    big = {id(p) for layer in layers for m in layer.modules() if isinstance(m, torch.nn.Linear)
+           for p in m.parameters(recurse=False)} | {id(embed)} | ({id(head.weight)} if head is not None else set())
+    small = collections.Counter(("norm" if "norm" in name.lower() else "other", p.numel())
+                                for name, p in model.named_parameters() if id(p) not in big)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = text.num_attention_heads
     return Shapes(
@@ -261,10 +262,8 @@ def shapes_from_config(config) -> Shapes:
         layer_linears=linears,
         embed_params=embed.numel(),
         lm_head_params=0 if tied or head is None else head.weight.numel(),
-        norm_params=norm_params,
-        other_params=other,
+        small_tensors=tuple((kind, n, c) for (kind, n), c in sorted(small.items())),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
-        largest_param=max(p.numel() for p in model.parameters()),
     )
 
 
@@ -301,7 +300,9 @@ class Dtypes:
     mask: int  # a dropout mask element: bool on CUDA, the input's dtype on CPU
 
 
-DTYPE_NAMES = {1: "bool", 2: "bf16", 4: "fp32"}
+def dtype_name(nbytes: int, precision: str) -> str:
+    """'bf16', 'fp16', 'fp32' or 'bool' for an element size under this precision."""
+    return {1: "bool", 2: "fp16" if precision == "fp16" else "bf16", 4: "fp32"}[nbytes]
 
 
 def resolve_precision(recipe: Recipe, hw: Hardware) -> str:
@@ -317,21 +318,19 @@ def resolve_precision(recipe: Recipe, hw: Hardware) -> str:
 
 def dtypes_for(recipe: Recipe, precision: str, hw: Hardware) -> Dtypes:
     """Apply build.py's rules (and trl's, peft's, bitsandbytes') to find each tensor's dtype."""
-    half = precision in ("bf16", "fp16")
-    compute = 2 if half else 4
+    compute = 2 if precision in ("bf16", "fp16") else 4
     full_ft = not recipe.uses_lora
     weight = 4 if precision == "fp32" or (precision == "fp16" and full_ft) else 2  # build.torch_dtype
     kept = 4 if recipe.load_in_4bit and recipe.prepare_kbit else weight
     # peft makes LoRA weights fp32; trl casts them to bf16 on 4-bit models in bf16 (build keeps fp32 otherwise)
     lora = 2 if recipe.load_in_4bit and precision == "bf16" else 4
-    residual = kept
-    norm_out = max(kept, residual)
+    norm_out = kept  # norm weight times the residual stream, both in the embedding's dtype
     mlp = norm_out if recipe.load_in_4bit else compute
     if hw.device == "cuda":
         mask = 1
     else:  # CPU dropout masks have the dtype of the dropout's input
         mask = norm_out if recipe.load_in_4bit else lora
-    return Dtypes(weight=weight, kept=kept, lora=lora, compute=compute, residual=residual, mlp=mlp,
+    return Dtypes(weight=weight, kept=kept, lora=lora, compute=compute, residual=kept, mlp=mlp,
                   norm_out=norm_out, mask=mask)
 
 
@@ -344,6 +343,40 @@ def attention_kernel(hw: Hardware, d: Dtypes, s: Shapes, padded: bool) -> str:
     if hw.flash_attention and d.compute == 2 and s.head_dim <= 256:
         return "flash"
     return "math" if s.kv_heads < s.heads else "efficient"  # the efficient kernel has no grouped-query mode
+
+
+# ---------------------------------------------------------------------------------------------
+# one estimate's setting
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setup:
+    """Everything one estimate depends on: recipe, shapes, dtypes, hardware, attention kernel, padding."""
+
+    recipe: Recipe
+    shapes: Shapes
+    dtypes: Dtypes
+    hardware: Hardware
+    precision: str
+    kernel: str  # 'flash', 'efficient', 'math' or 'cpu'
+    padded: bool
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one micro-batch (T)."""
+        return self.recipe.micro_batch * self.recipe.max_seq_length
+
+    @property
+    def scored(self) -> int:
+        """Tokens the loss scores in one micro-batch (N): each row's last token has no label."""
+        return self.recipe.micro_batch * (self.recipe.max_seq_length - 1)
+
+    @property
+    def full_ft(self) -> bool:
+        return not self.recipe.uses_lora
+
+    def dtype(self, nbytes: int) -> str:
+        """The name of an element size under this recipe's precision."""
+        return dtype_name(nbytes, self.precision)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,143 +406,110 @@ def lora_shapes(recipe: Recipe, s: Shapes) -> list[tuple[str, int, int]]:
     return found
 
 
-def lora_params(recipe: Recipe, s: Shapes) -> int:
+def lora_params(x: Setup) -> int:
     """Trainable LoRA elements: r x (in + out) per adapted linear per layer."""
-    return s.layers * sum(recipe.lora_r * (i + o) for _, i, o in lora_shapes(recipe, s))
+    return x.shapes.layers * sum(x.recipe.lora_r * (i + o) for _, i, o in lora_shapes(x.recipe, x.shapes))
 
 
-def parameter_terms(recipe: Recipe, s: Shapes, d: Dtypes) -> list[Term]:
+def parameter_terms(x: Setup) -> list[Term]:
     """Weights by dtype and quantization, LoRA weights, buffers."""
+    recipe, s, d = x.recipe, x.shapes, x.dtypes
     terms = []
-    kept_note = " (upcast to fp32 by prepare_model_for_kbit_training)" if d.kept == 4 and recipe.load_in_4bit else ""
     for name, i, o in s.layer_linears:
-        n = s.layers * i * o
         if recipe.load_in_4bit:
             per_tensor = nf4_bytes(i * o, recipe.double_quant)
             kind = "NF4 + double quant" if recipe.double_quant else "NF4"
             terms.append(Term("parameters", f"{name} ({kind}, {per_tensor * 8 / (i * o):.3f} bits/param)",
                               s.layers * per_tensor, f"{s.layers} layers x {i} x {o} x {per_tensor / (i * o):.4f} B"))
         else:
-            terms.append(Term("parameters", f"{name} ({DTYPE_NAMES[d.weight]})", n * d.weight,
+            terms.append(Term("parameters", f"{name} ({x.dtype(d.weight)})", s.layers * i * o * d.weight,
                               f"{s.layers} layers x {i} x {o} x {d.weight} B"))
-    terms.append(Term("parameters", f"embed_tokens{' (tied to lm_head)' if s.tied else ''}{kept_note}",
+    upcast = recipe.load_in_4bit and d.kept == 4 and d.weight != 4
+    kept = x.dtype(d.kept) + (", upcast by prepare_model_for_kbit_training" if upcast else "")
+    terms.append(Term("parameters", f"embed_tokens{', tied to lm_head' if s.tied else ''} ({kept})",
                       s.embed_params * d.kept, f"{s.vocab} x {s.hidden} x {d.kept} B"))
     if s.lm_head_params:
-        terms.append(Term("parameters", f"lm_head{kept_note}", s.lm_head_params * d.kept,
+        terms.append(Term("parameters", f"lm_head ({kept})", s.lm_head_params * d.kept,
                           f"{s.vocab} x {s.hidden} x {d.kept} B"))
-    terms.append(Term("parameters", "norms" + (" and other small weights" if s.other_params else ""),
-                      (s.norm_params + s.other_params) * d.kept,
-                      f"{s.norm_params + s.other_params:,} x {d.kept} B"))
+    terms.append(Term("parameters", f"norms and other small weights ({x.dtype(d.kept)})", s.small_params * d.kept,
+                      f"{s.small_params:,} x {d.kept} B"))
     if recipe.uses_lora:
-        n = lora_params(recipe, s)
-        terms.append(Term("parameters", f"LoRA A and B ({DTYPE_NAMES[d.lora]})", n * d.lora,
-                          f"{_lora_arithmetic(recipe, s)} = {n:,} x {d.lora} B"))
-    terms.append(Term("parameters", "buffers (rotary frequencies)", s.buffer_bytes, ""))
+        n = lora_params(x)
+        terms.append(Term("parameters", f"LoRA A and B ({x.dtype(d.lora)})", n * d.lora,
+                          f"{_lora_arithmetic(x)} = {n:,} x {d.lora} B"))
+    terms.append(Term("parameters", "buffers (rotary frequencies, fp32)", s.buffer_bytes, ""))
     return terms
 
 
-def _lora_arithmetic(recipe: Recipe, s: Shapes) -> str:
+def _lora_arithmetic(x: Setup) -> str:
     """'32 layers x 16 x (4096+4096 + 4096+1024 + ...)': LoRA's element count, spelled out."""
-    inner = " + ".join(f"{i}+{o}" for _, i, o in lora_shapes(recipe, s))
-    return f"{s.layers} layers x {recipe.lora_r} x ({inner})"
+    inner = " + ".join(f"{i}+{o}" for _, i, o in lora_shapes(x.recipe, x.shapes))
+    return f"{x.shapes.layers} layers x {x.recipe.lora_r} x ({inner})"
 
 
-def trainable_tensors(recipe: Recipe, s: Shapes, d: Dtypes) -> list[tuple[str, int, int, int]]:
-    """(group name, elements per tensor, tensor count, bytes per element) of what the optimizer updates."""
-    if recipe.uses_lora:
+def trainable_tensors(x: Setup) -> list[tuple[str, int, int]]:
+    """(name, elements per tensor, tensor count) of what the optimizer updates."""
+    s = x.shapes
+    if x.recipe.uses_lora:
         out = []
-        for name, i, o in lora_shapes(recipe, s):
-            out.append((f"{name} lora_A", recipe.lora_r * i, s.layers, d.lora))
-            out.append((f"{name} lora_B", o * recipe.lora_r, s.layers, d.lora))
+        for name, i, o in lora_shapes(x.recipe, s):
+            out += [(f"{name}.lora_A", x.recipe.lora_r * i, s.layers), (f"{name}.lora_B", o * x.recipe.lora_r, s.layers)]
         return out
-    out = [(name, i * o, s.layers, d.weight) for name, i, o in s.layer_linears]
-    out.append(("embed_tokens", s.embed_params, 1, d.weight))
+    out = [(name, i * o, s.layers) for name, i, o in s.layer_linears] + [("embed_tokens", s.embed_params, 1)]
     if s.lm_head_params:
-        out.append(("lm_head", s.lm_head_params, 1, d.weight))
-    norms_per_layer = max(0, (s.norm_params - s.hidden) // max(1, s.layers * s.hidden))
-    out.append(("norms", s.hidden, s.layers * norms_per_layer + 1, d.weight))
-    return out
+        out.append(("lm_head", s.lm_head_params, 1))
+    return out + list(s.small_tensors)
 
 
-def gradient_terms(recipe: Recipe, s: Shapes, d: Dtypes) -> list[Term]:
+def trainable_bytes_per_element(x: Setup) -> int:
+    """Bytes of one trainable element (and of its gradient and AdamW states)."""
+    return x.dtypes.lora if x.recipe.uses_lora else x.dtypes.weight
+
+
+def gradient_terms(x: Setup) -> list[Term]:
     """One gradient per trainable element, in the parameter's dtype."""
-    if recipe.uses_lora:
-        n = lora_params(recipe, s)
-        return [Term("gradients", f"LoRA gradients ({DTYPE_NAMES[d.lora]})", n * d.lora, f"{n:,} x {d.lora} B")]
-    n = s.total_params
-    return [Term("gradients", f"every weight's gradient ({DTYPE_NAMES[d.weight]})", n * d.weight,
-                 f"{n:,} x {d.weight} B")]
+    n, b = sum(e * c for _, e, c in trainable_tensors(x)), trainable_bytes_per_element(x)
+    what = "LoRA gradients" if x.recipe.uses_lora else "every weight's gradient"
+    return [Term("gradients", f"{what} ({x.dtype(b)})", n * b, f"{n:,} x {b} B")]
 
 
-def optimizer_terms(recipe: Recipe, s: Shapes, d: Dtypes, hw: Hardware) -> list[Term]:
+TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf")
+BNB_32BIT = ("paged_adamw_32bit", "adamw_bnb_32bit", "paged_adamw", "paged_lion_32bit")
+
+
+def optimizer_terms(x: Setup) -> list[Term]:
     """Optimizer state per optimizer: AdamW's two moments, or bitsandbytes' 8-bit blocks."""
-    tensors = trainable_tensors(recipe, s, d)
-    opt = recipe.optimizer
+    opt, tensors = x.recipe.optimizer, trainable_tensors(x)
+    n = sum(e * c for _, e, c in tensors)
     if "8bit" in opt:
-        return _bnb_8bit_terms(recipe, tensors)
-    if opt in ("paged_adamw_32bit", "adamw_bnb_32bit"):
-        n = sum(e * c for _, e, c, _ in tensors)
+        return bnb_8bit_terms(x)
+    if opt in BNB_32BIT:
         return [Term("optimizer", f"{opt}: two fp32 states", 2 * n * 4, f"2 x {n:,} x 4 B")]
-    n = sum(e * c for _, e, c, _ in tensors)
-    b = tensors[0][3]
-    terms = [Term("optimizer", f"{opt}: exp_avg and exp_avg_sq ({DTYPE_NAMES[b]}, the parameters' dtype)",
-                  sum(2 * e * c * bb for _, e, c, bb in tensors), f"2 x {n:,} x {b} B")]
-    if hw.device == "cpu":  # torch keeps `step` as a tensor on the parameters' device unless it is CUDA
-        count = sum(c for _, _, c, _ in tensors)
+    b = trainable_bytes_per_element(x)
+    what = "exp_avg and exp_avg_sq" if opt in TORCH_ADAMW else "assumed Adam-like: two states"
+    terms = [Term("optimizer", f"{opt}: {what} ({x.dtype(b)}, the parameters' dtype)", 2 * n * b, f"2 x {n:,} x {b} B")]
+    if x.hardware.device == "cpu":  # torch keeps `step` as a tensor on the parameters' device unless it is CUDA
+        count = sum(c for _, _, c in tensors)
         terms.append(Term("optimizer", "step counters", 4 * count, f"{count} tensors x 4 B"))
-    if opt not in ("adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_torch_4bit"):
-        terms[0] = Term("optimizer", f"{opt}: assumed Adam-like, two states in the parameters' dtype",
-                        terms[0].nbytes, terms[0].arithmetic)
     return terms
 
 
-def _bnb_8bit_terms(recipe: Recipe, tensors: list[tuple[str, int, int, int]]) -> list[Term]:
+def bnb_8bit_terms(x: Setup) -> list[Term]:
     """bitsandbytes 8-bit state: 2 B/param + fp32 scales; 32-bit for small tensors and embeddings."""
-    eight = [(n, e, c) for n, e, c, _ in tensors if e >= BNB_MIN_8BIT_SIZE and n != "embed_tokens"]
-    small = [(n, e, c) for n, e, c, _ in tensors if (n, e, c) not in eight]
+    tensors = trainable_tensors(x)
+    eight = [(n, e, c) for n, e, c in tensors if e >= BNB_MIN_8BIT_SIZE and n != "embed_tokens"]
+    wide = [(n, e, c) for n, e, c in tensors if (n, e, c) not in eight]
     n8 = sum(e * c for _, e, c in eight)
     scales = sum(math.ceil(e / BNB_8BIT_BLOCK) * c for _, e, c in eight)
-    terms = [Term("optimizer", f"{recipe.optimizer}: two 8-bit states + fp32 scale per {BNB_8BIT_BLOCK}",
+    terms = [Term("optimizer", f"{x.recipe.optimizer}: two 8-bit states + an fp32 scale per {BNB_8BIT_BLOCK}",
                   2 * n8 + 2 * scales * 4 + (BNB_QMAP_BYTES if eight else 0),
-                  f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB maps")]
-    n32 = sum(e * c for _, e, c in small)
+                  f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB of maps")]
+    n32 = sum(e * c for _, e, c in wide)
     if n32:
-        why = []
-        if any(e < BNB_MIN_8BIT_SIZE for _, e, _ in small):
-            why.append(f"tensors under {BNB_MIN_8BIT_SIZE} elements")
-        if any(n == "embed_tokens" for n, _, _ in small):
-            why.append("embeddings (the Trainer keeps them 32-bit)")
+        why = [f"tensors under {BNB_MIN_8BIT_SIZE} elements"] if any(e < BNB_MIN_8BIT_SIZE for _, e, _ in wide) else []
+        why += ["the embeddings (the Trainer keeps them 32-bit)"] if any(n == "embed_tokens" for n, _, _ in wide) else []
         terms.append(Term("optimizer", "32-bit state for " + " and ".join(why), 2 * n32 * 4, f"2 x {n32:,} x 4 B"))
     return terms
-
-
-# ---------------------------------------------------------------------------------------------
-# one estimate's setting
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Setup:
-    """Everything one estimate depends on: recipe, shapes, dtypes, hardware, attention kernel, padding."""
-
-    recipe: Recipe
-    shapes: Shapes
-    dtypes: Dtypes
-    hardware: Hardware
-    kernel: str  # 'flash', 'efficient', 'math' or 'cpu'
-    padded: bool
-
-    @property
-    def tokens(self) -> int:
-        """Tokens in one micro-batch (T)."""
-        return self.recipe.micro_batch * self.recipe.max_seq_length
-
-    @property
-    def scored(self) -> int:
-        """Tokens the loss scores in one micro-batch (N): each row's last token has no label."""
-        return self.recipe.micro_batch * (self.recipe.max_seq_length - 1)
-
-    @property
-    def full_ft(self) -> bool:
-        return not self.recipe.uses_lora
 
 
 # ---------------------------------------------------------------------------------------------
@@ -535,7 +535,7 @@ def layer_pieces(x: Setup, first_layer: bool = False) -> list[Piece]:
     out.append(attention_piece(x))
     out.extend(full_ft_linear_inputs(x) if x.full_ft else [lora_piece(x, first_layer)])
     mlp = c if x.full_ft else x.dtypes.mlp
-    out.append(Piece(f"MLP gate, up and silu outputs ({DTYPE_NAMES[mlp]})", 3 * i * mlp, f"3 x {i} x {mlp} B"))
+    out.append(Piece(f"MLP gate, up and silu outputs ({x.dtype(mlp)})", 3 * i * mlp, f"3 x {i} x {mlp} B"))
     return out
 
 
@@ -599,7 +599,7 @@ def layer_activation_terms(x: Setup) -> list[Term]:
     recipe, s, d = x.recipe, x.shapes, x.dtypes
     B, S, T, L, h = recipe.micro_batch, recipe.max_seq_length, x.tokens, s.layers, s.hidden
     if recipe.gradient_checkpointing:
-        terms = [Term("activations", f"checkpointed layer inputs ({DTYPE_NAMES[d.residual]})", L * T * h * d.residual,
+        terms = [Term("activations", f"checkpointed layer inputs ({x.dtype(d.residual)})", L * T * h * d.residual,
                       f"{L} layers x {T} tokens x {h} x {d.residual} B"),
                  Term("activations", "position ids (a checkpoint input)", S * 8, f"{S} x 8 B")]
         if x.padded:
@@ -614,7 +614,7 @@ def layer_activation_terms(x: Setup) -> list[Term]:
                           T * first, f"{T} tokens x {first:,} B"))
     copies = autocast_weight_copies(x)
     if copies:
-        terms.append(Term("activations", f"{DTYPE_NAMES[x.dtypes.compute]} copies of the fp32 weights that train "
+        terms.append(Term("activations", f"{x.dtype(x.dtypes.compute)} copies of the fp32 weights that train "
                           "(autocast makes them; matmuls keep them)", L * copies, f"{L} layers x {copies:,} B"))
     return terms
 
@@ -649,11 +649,11 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
              Term("temporaries", "fp32 gradient of the hidden states", N * h * 4, f"{N} x {h} x 4 B"),
              Term("temporaries", "gradient of the per-token log-probs", N * 4, f"{N} x 4 B")]
     if d.norm_out != c:
-        terms.append(Term("temporaries", f"hidden states cast to {DTYPE_NAMES[c]}", n * h * c, f"{n} x {h} x {c} B"))
+        terms.append(Term("temporaries", f"hidden states cast to {x.dtype(c)}", n * h * c, f"{n} x {h} x {c} B"))
     lm_head = d.weight if x.full_ft else d.kept
     if lm_head != c:
         copies = 2 if s.vocab > LOSS_VOCAB_TILE else 1  # the next chunk's copy exists before the last is freed
-        terms.append(Term("temporaries", f"lm_head chunk cast to {DTYPE_NAMES[c]} ({copies} overlapping)",
+        terms.append(Term("temporaries", f"lm_head chunk cast to {x.dtype(c)} ({copies} overlapping)",
                           copies * cols * h * c, f"{copies} x {cols} x {h} x {c} B"))
     if x.full_ft:
         terms.append(Term("temporaries", "fp32 gradient of lm_head", s.vocab * h * 4, f"{s.vocab} x {h} x 4 B"))
@@ -662,7 +662,7 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
         terms.append(Term("temporaries", f"CPU fallback of the tile backward ({k} fp32 + 1 bool [tokens x vocab])",
                           n * cols * (k * 4 + 1), f"{n} x {cols} x ({k} x 4 + 1) B"))
     elif d.norm_out != 4:
-        terms.append(Term("temporaries", f"hidden-state gradient cast back to {DTYPE_NAMES[d.norm_out]}",
+        terms.append(Term("temporaries", f"hidden-state gradient cast back to {x.dtype(d.norm_out)}",
                           N * h * d.norm_out, f"{N} x {h} x {d.norm_out} B"))
     return terms
 
@@ -677,9 +677,9 @@ def loss_forward_extras(x: Setup) -> list[Term]:
         terms.append(Term("activations", "final norm output, still referenced during the loss's forward",
                           x.tokens * h * d.norm_out, f"{x.tokens} x {h} x {d.norm_out} B"))
     if d.norm_out != c:
-        terms.append(Term("activations", f"hidden states cast to {DTYPE_NAMES[c]} (forward)", n * h * c, f"{n} x {h} x {c} B"))
+        terms.append(Term("activations", f"hidden states cast to {x.dtype(c)} (forward)", n * h * c, f"{n} x {h} x {c} B"))
     if (d.weight if x.full_ft else d.kept) != c:
-        terms.append(Term("activations", f"lm_head chunk cast to {DTYPE_NAMES[c]} (forward: one at a time)",
+        terms.append(Term("activations", f"lm_head chunk cast to {x.dtype(c)} (forward: one at a time)",
                           cols * h * c, f"{cols} x {h} x {c} B"))
     if x.hardware.device == "cpu":
         terms.append(Term("activations", "CPU fallback of the tile forward (3 fp32 [tokens x vocab])",
@@ -704,21 +704,18 @@ def layer_backward_temporaries(x: Setup) -> list[Term]:
     return terms
 
 
-TORCH_ADAMW = ("adamw_torch", "adamw_torch_fused", "adamw_hf", "paged_adamw_32bit")
-
-
 def optimizer_step_temporaries(x: Setup) -> list[Term]:
     """Scratch of the optimizer step: torch AdamW's sqrt of the second moment; 8-bit steps work in place."""
     if x.recipe.optimizer not in TORCH_ADAMW:
         return [Term("temporaries", f"{x.recipe.optimizer} step (in-place kernels)", 0, "")]
-    tensors = trainable_tensors(x.recipe, x.shapes, x.dtypes)
+    tensors, b = trainable_tensors(x), trainable_bytes_per_element(x)
     if x.hardware.device == "cuda":  # foreach: one copy of every exp_avg_sq at once
-        n = sum(e * c for _, e, c, _ in tensors)
-        return [Term("temporaries", "AdamW step: sqrt(exp_avg_sq) of every tensor at once (foreach)",
-                     sum(e * c * b for _, e, c, b in tensors), f"{n:,} x {tensors[0][3]} B")]
-    largest = max(e * b for _, e, _, b in tensors)
-    return [Term("temporaries", "AdamW step, one tensor at a time: two copies of the largest", 2 * largest,
-                 f"2 x {largest:,} B")]
+        n = sum(e * c for _, e, c in tensors)
+        return [Term("temporaries", "AdamW step: sqrt(exp_avg_sq) of every tensor at once (foreach)", n * b,
+                     f"{n:,} x {b} B")]
+    largest = max(e for _, e, _ in tensors)
+    return [Term("temporaries", "AdamW step, one tensor at a time: two copies of the largest", 2 * largest * b,
+                 f"2 x {largest:,} x {b} B")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -735,7 +732,7 @@ def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", p
     s = shapes_from_config(config) if config is not None else model_shapes(recipe.model)
     precision = resolve_precision(recipe, hw)
     d = dtypes_for(recipe, precision, hw)
-    x = Setup(recipe, s, d, hw, attention_kernel(hw, d, s, padded), padded)
+    x = Setup(recipe, s, d, hw, precision, attention_kernel(hw, d, s, padded), padded)
     candidates = candidate_moments(x)
     totals = {name: sum(t.nbytes for t in terms) for name, terms in candidates.items()}
     moment = max(totals, key=totals.get)
@@ -746,8 +743,8 @@ def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", p
 def candidate_moments(x: Setup) -> dict[str, list[Term]]:
     """What is alive at each moment the peak can happen: the loss's forward and backward, the last layer's backward,
     the optimizer step."""
-    static = parameter_terms(x.recipe, x.shapes, x.dtypes) + optimizer_terms(x.recipe, x.shapes, x.dtypes, x.hardware)
-    grads = gradient_terms(x.recipe, x.shapes, x.dtypes)
+    static = parameter_terms(x) + optimizer_terms(x)
+    grads = gradient_terms(x)
     accumulating = x.recipe.grad_accum > 1
     which = "micro-batch 2 or later (every gradient exists)" if accumulating else "the step's only micro-batch"
     layers = layer_activation_terms(x)
@@ -782,3 +779,213 @@ def estimate_notes(x: Setup) -> list[str]:
     if not x.padded:
         notes.append("assumes full (unpadded) micro-batches; a padded one adds a mask and repeated k/v per layer.")
     return notes
+
+
+# ---------------------------------------------------------------------------------------------
+# forensics: did a measured step meet a padded micro-batch?
+# ---------------------------------------------------------------------------------------------
+FIRST_METHOD_WITHOUT_PADDING = 3  # since measurement method 3, build() drops packing's short blocks
+
+
+def measurement_method(m) -> int:
+    """The measurement method a stored Measurement was made with (runs that predate the field: 2)."""
+    return int(m.env.get("versions", {}).get("measurement_method", 2))
+
+
+def measured_step_has_padding(recipe: Recipe, method: int | None = None) -> bool:
+    """Whether the step `measure` tracked for this recipe met a padded micro-batch.
+
+    Up to measurement method 2, 'wrapped' packing left one short block per 1,000 records, and a
+    micro-batch of several rows holding one was padded, so attention got a mask. Since method 3
+    build() drops those blocks. The tiny model and the presets train on the shipped data in a fixed
+    order, so this replays that order (data only, no training).
+    """
+    from . import MEASUREMENT_METHOD
+    from .models import TINY, is_preset
+
+    method = MEASUREMENT_METHOD if method is None else method
+    if method >= FIRST_METHOD_WITHOUT_PADDING or recipe.micro_batch == 1:
+        return False  # no short blocks; and one row is never padded (it is its own length)
+    if not (recipe.model == TINY or is_preset(recipe.model)):
+        return False  # other data is unknown here
+    first = recipe.warmup_steps * recipe.grad_accum
+    flags = padded_micro_batches(recipe.micro_batch, recipe.max_seq_length, recipe.seed, first + recipe.grad_accum)
+    tracked = flags[first:]
+    return any(tracked[1:] if recipe.grad_accum > 1 else tracked)  # the peak is in a micro-batch with gradients
+
+
+@contextlib.contextmanager
+def _quiet_progress():
+    """No progress bars from transformers and datasets inside this block."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
+        hf_logging.enable_progress_bar()
+
+
+@functools.lru_cache(maxsize=64)
+def padded_micro_batches(micro_batch: int, max_seq_length: int, seed: int, count: int) -> tuple[bool, ...]:
+    """The first `count` micro-batches of the shipped data as packed up to method 2: does each have padding?"""
+    import tempfile
+
+    from .build import build, training_dataset
+
+    probe = Recipe(model="tiny", micro_batch=micro_batch, max_seq_length=max_seq_length, seed=seed,
+                   steps=2, warmup_steps=0)
+    flags: list[bool] = []
+    with tempfile.TemporaryDirectory(prefix="course-padding-") as tmp, _quiet_progress():
+        trainer = build(probe, output_dir=tmp).trainer
+        # re-pack without build()'s filter, as the older measurements were packed (short blocks kept)
+        trainer.train_dataset = trainer._prepare_dataset(training_dataset(probe), trainer.processing_class,
+                                                         trainer.args, True, None, "train")
+        loader = trainer.get_train_dataloader()
+        for epoch in range(1 + count):
+            if hasattr(loader, "set_epoch"):
+                loader.set_epoch(epoch)
+            for batch in loader:
+                mask = batch.get("attention_mask")
+                flags.append(mask is not None and bool((mask == 0).any()))
+                if len(flags) == count:
+                    return tuple(flags)
+    return tuple(flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# the course's answer to the chapter's "Expected Memory Usage" table
+# ---------------------------------------------------------------------------------------------
+NOT_MEMORY_FIELDS = ("steps", "warmup_steps", "learning_rate", "seed", "label")  # knobs that do not move the peak
+
+TABLE_MODELS = (("7B", "llama-2-7b"), ("8B", "llama-3.1-8b"), ("13B", "llama-2-13b"), ("70B", "llama-3.1-70b"))
+# The source chapter's "Expected Memory Usage" table, as printed (no 8B row).
+CHAPTER_CLAIMS = {"7B": ("~14GB", "~4-6GB"), "13B": ("~26GB", "~8-10GB"), "70B": ("~140GB", "~40-48GB")}
+
+
+def same_setup(a: Recipe, b: Recipe) -> bool:
+    """True when two recipes train the same model the same way (steps, learning rate, seed, label aside)."""
+    da, db = a.to_dict(), b.to_dict()
+    return all(da[k] == db[k] for k in da if k not in NOT_MEMORY_FIELDS)
+
+
+def reference_for(recipe: Recipe, references: list | None = None):
+    """The shipped GPU reference Measurement of this exact setup, or None."""
+    from .results import reference_results
+
+    refs = reference_results() if references is None else references
+    return next((m for m in refs if m.fits and same_setup(m.recipe_obj, recipe)), None)
+
+
+def without_optimization_recipe(model: str) -> Recipe:
+    """'Without optimization', read honestly: a full fine-tune in bf16 with AdamW, no checkpointing, 1 x 16, seq 512."""
+    return Recipe(model=model, lora_r=None, precision="bf16", gradient_checkpointing=False, micro_batch=1,
+                  grad_accum=16, optimizer="adamw_torch", max_seq_length=512, label="full fine-tune, bf16, AdamW")
+
+
+@dataclass(frozen=True)
+class ExpectedCell:
+    """One cell of the table: the chapter's claim, our estimate, our measurement if a reference run exists."""
+
+    claim: str  # as the chapter prints it, or "" where it has no row
+    estimate: Estimate
+    measured: object = None  # a reference Measurement, or None
+
+    @property
+    def source(self) -> str:
+        """'measured' or 'estimated': where our number comes from."""
+        return "measured" if self.measured is not None else "estimated"
+
+    @property
+    def peak_bytes(self) -> int:
+        """Our number: the measured peak where there is one, else the estimate."""
+        return self.measured.peak_bytes if self.measured is not None else self.estimate.peak_bytes
+
+
+@dataclass(frozen=True)
+class ExpectedRow:
+    """One model size: 'without optimization' and 'full optimization'."""
+
+    size: str
+    model: str
+    without: ExpectedCell
+    full: ExpectedCell
+
+
+def expected_memory_table(hardware: str | Hardware = "gpu") -> list[ExpectedRow]:
+    """Rows 7B, 8B, 13B, 70B: the chapter's claims beside our estimates and (where they exist) measurements."""
+    from .recipe import source_chapter_recipe
+    from .results import reference_results
+
+    refs = reference_results()
+    rows = []
+    for size, model in TABLE_MODELS:
+        claims = CHAPTER_CLAIMS.get(size, ("", ""))
+        cells = []
+        for claim, recipe in zip(claims, (without_optimization_recipe(model), source_chapter_recipe(model))):
+            cells.append(ExpectedCell(claim, estimate(recipe, hardware=hardware), reference_for(recipe, refs)))
+        rows.append(ExpectedRow(size, model, *cells))
+    return rows
+
+
+def _gib(nbytes: float) -> str:
+    """GiB with three significant figures: '8.15', '74.8', '657'."""
+    v = nbytes / GiB
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+
+def _cell_text(cell: ExpectedCell) -> str:
+    """'74.8 GiB measured (est. 74.8)' or '62.8 GiB estimated'."""
+    text = f"{_gib(cell.peak_bytes):>5} GiB {cell.source}"
+    return text + (f" (est. {_gib(cell.estimate.peak_bytes)})" if cell.measured is not None else "")
+
+
+def format_expected_table(rows: list[ExpectedRow]) -> str:
+    """The table as text, with what each column means and where the measurements come from."""
+    lines = ["Peak memory of one training step, sequence 512, effective batch 16 (GiB = 2^30 bytes; the chapter's",
+             "figures as it prints them). 'measured' = a shipped GPU reference run; 'estimated' = course_utils.estimate.",
+             "",
+             f"{'':<19}{'Without optimization (full FT)':<40}{'Full optimization (chapter recipe)':<40}",
+             f"{'size model':<19}{'chapter':<9}{'ours':<31}{'chapter':<9}{'ours':<31}"]
+    for r in rows:
+        lines.append(f"{r.size:<4} {r.model:<14}{r.without.claim or '-':<9}{_cell_text(r.without):<31}"
+                     f"{r.full.claim or '-':<9}{_cell_text(r.full)}")
+    lines += ["",
+              "Without optimization = without_optimization_recipe(model): a full fine-tune with bf16 weights, gradients",
+              "  and AdamW states, no checkpointing, micro-batch 1 x 16. Its peak is the optimizer step, about 10 bytes",
+              "  per parameter. The chapter's ~14GB for 7B is the bf16 weights alone (6.74 billion x 2 bytes = 13.5 GB).",
+              "Full optimization = source_chapter_recipe(model): 4-bit NF4 + double quant, LoRA r=16 on q/k/v/o, bf16,",
+              "  gradient checkpointing, 1 x 16, paged_adamw_8bit.",
+              "Estimates assume a bf16 GPU with FlashAttention-2; they need no weights."]
+    for r in rows:
+        for name, c in (("without optimization", r.without), ("full optimization", r.full)):
+            if c.measured is not None:
+                m = c.measured
+                lines.append(f"Measured {r.model}, {name}: {m.env.get('device')}, {m.date[:10]}, tensor-level peak "
+                             f"{_gib(m.peak_bytes)} GiB; CUDA allocated {_gib(m.cuda_max_allocated or 0)}, "
+                             f"reserved {_gib(m.cuda_max_reserved or 0)} GiB.")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the recipes the estimator is held to on the tiny model (tests and scripts/estimator_accuracy.py)
+# ---------------------------------------------------------------------------------------------
+def tiny_check_recipes() -> list[Recipe]:
+    """The chapter's ladder on the tiny model in fp32, plus full fine-tunes, micro-batch 8, sequence 512, NF4 without DQ."""
+    from .recipe import ladder
+
+    base = Recipe(learning_rate=1e-3, steps=4, warmup_steps=1)
+    recipes: dict[str, Recipe] = {}
+    for rung in ladder(base):  # on a CPU the mixed-precision rung is fp32: the same recipe as the rung before
+        recipes.setdefault(rung.with_(precision="fp32").key, rung.with_(precision="fp32", label=rung.label))
+    small = base.with_(micro_batch=2, max_seq_length=128)
+    extras = [small.with_(lora_r=None, label="full fine-tune (2x1, seq 128)"),
+              small.with_(lora_r=None, gradient_checkpointing=True, optimizer="adamw_8bit",
+                          label="full fine-tune, ckpt, 8-bit AdamW"),
+              base.with_(micro_batch=8, max_seq_length=128, label="micro-batch 8 (seq 128)"),
+              base.with_(micro_batch=1, max_seq_length=512, label="sequence 512 (micro-batch 1)"),
+              small.with_(load_in_4bit=True, double_quant=False, label="4-bit NF4 without double quant, no ckpt")]
+    return list(recipes.values()) + extras

@@ -96,6 +96,20 @@ def preset_config(name: str):
 
 
 @contextlib.contextmanager
+def no_progress_bars():
+    """transformers' progress bars off inside the block, back to what they were after it."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
 def _file_lock(path: Path):
     """An exclusive lock, so two processes never build the same model at once."""
     import fcntl
@@ -158,13 +172,8 @@ def tiny_model_path(rebuild: bool = False) -> Path:
         torch.manual_seed(TINY_SEED)
         model = LlamaForCausalLM(config)
         tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # one small shard: a bar would only clutter the output
-        try:
+        with no_progress_bars():  # one small shard: a bar would only clutter the output
             model.save_pretrained(tmp)
-        finally:
-            hf_logging.enable_progress_bar()
         tokenizer.save_pretrained(tmp)
         if target.exists():
             shutil.rmtree(target)

@@ -136,3 +136,69 @@ def estimate_vs_measured(measurements) -> str:
         lines.append(f"{m.label[:34]:<34}{'measured':>10}" + "".join(f"{got.get(c, 0) / 2**20:12.1f}" for c in cats))
         lines.append(f"{'':<34}{'estimated':>10}" + "".join(f"{want.get(c, 0) / 2**20:12.1f}" for c in cats))
     return "\n".join(lines)
+
+
+# The source chapter's memory checklist: each item, whether a recipe follows it, and how to undo it.
+CHECKLIST: tuple[tuple[str, object, object], ...] = (
+    ("Use QLoRA (4-bit quantization)", lambda r: r.load_in_4bit, lambda r: r.with_(load_in_4bit=False)),
+    ("Enable gradient checkpointing", lambda r: r.gradient_checkpointing,
+     lambda r: r.with_(gradient_checkpointing=False)),
+    ("Use gradient accumulation", lambda r: r.grad_accum > 1,
+     lambda r: r.with_(micro_batch=r.effective_batch, grad_accum=1)),
+    ("Use 8-bit or paged optimizer", lambda r: "8bit" in r.optimizer, lambda r: r.with_(optimizer="adamw_torch")),
+    ("Use bfloat16 precision", lambda r: r.precision in ("bf16", "fp16", "auto"), lambda r: r.with_(precision="fp32")),
+    ("Reduce max_seq_length if possible", lambda r: r.max_seq_length <= 512,
+     lambda r: r.with_(max_seq_length=2 * r.max_seq_length)),
+    ("Use smaller batch sizes", lambda r: r.micro_batch <= 2, lambda r: r.with_(micro_batch=4 * r.micro_batch)),
+)
+
+
+def check_recipe(recipe: Recipe, hardware: str = "t4", budget_gib: float | None = None) -> str:
+    """The chapter's checklist applied to a recipe: each item ticked or not, and what the estimator
+    says it is worth here (the estimated peak with that item undone), against a memory budget."""
+    from .estimate import estimate, get_hardware
+
+    hw = get_hardware(hardware)
+    budget = budget_gib or hw.memory_gib
+    note = []
+    if recipe.precision == "bf16" and hw.auto_precision != "bf16":
+        recipe = recipe.with_(precision="auto", label=recipe.label)
+        note = [f"(bf16 is not native on {hw.name}: checked with precision='auto', i.e. {hw.auto_precision})"]
+    peak = estimate(recipe, hardware=hw).peak_gib
+    lines = note + [f"{recipe.model}: {recipe.describe()} on {hw.name}",
+             f"estimated peak {peak:.2f} GiB" + (f" of {budget:.1f} GiB: {'fits' if peak <= budget else 'DOES NOT FIT'}"
+                                                 if budget else "")]
+    for item, follows, undo in CHECKLIST:
+        if follows(recipe):
+            without = estimate(undo(recipe), hardware=hw).peak_gib
+            lines.append(f"[x] {item:36} without it: {without:6.2f} GiB ({without - peak:+.2f})")
+        else:
+            lines.append(f"[ ] {item}")
+    return "\n".join(lines)
+
+
+def checklist_widget(recipe: Recipe, hardware: str = "t4"):
+    """Tick the checklist's items and see the estimated peak change (ipywidgets; text when printed)."""
+    import ipywidgets as w
+
+    from .estimate import HARDWARE
+
+    boxes = [w.Checkbox(value=bool(follows(recipe)), description=item, indent=False,
+                        layout=w.Layout(width="340px")) for item, follows, _ in CHECKLIST]
+    device = w.Dropdown(options=list(HARDWARE), value=hardware, description="hardware")
+    out = w.HTML()
+
+    def current() -> Recipe:
+        r = recipe
+        for box, (_, follows, undo) in zip(boxes, CHECKLIST):
+            if follows(r) and not box.value:
+                r = undo(r)
+        return r
+
+    def update(_=None) -> None:
+        out.value = "<pre>" + check_recipe(current(), device.value) + "</pre>"
+
+    for control in boxes + [device]:
+        control.observe(update, names="value")
+    update()
+    return w.VBox([device, w.HBox([w.VBox(boxes), out])])

@@ -19,7 +19,7 @@ import html
 import math
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,9 +170,10 @@ def parse_bank(data: Any, name: str, source: str = "<bank>", path: Path | None =
     questions, ids = [], set()
     for i, item in enumerate(raw):
         qid = item.get("id") if isinstance(item, dict) else None
-        where = f"{source}: question {qid!r}" if isinstance(qid, str) and qid else f"{source}: question #{i + 1} (no id)"
+        named = isinstance(qid, str) and qid
+        where = f"{source}: question {qid!r}" if named else f"{source}: question #{i + 1} (no id)"
         found: list[str] = []
-        if isinstance(qid, str) and qid:
+        if named:
             if qid in ids:
                 found.append("duplicate id: another question in this file has it")
             ids.add(qid)
@@ -522,7 +523,7 @@ class QuestionWidget(widgets.VBox):
             self.controls = widgets.Text(placeholder="a number", layout=widgets.Layout(width="12em"))
             boxes = [widgets.HBox([self.controls, widgets.Label(question.unit)])]
         self.check_button = widgets.Button(description="Check", button_style="primary", tooltip="Check my answer")
-        self.again_button = widgets.Button(description="Try again", tooltip="Clear my answer and start this question over")
+        self.again_button = widgets.Button(description="Try again", tooltip="Clear my answer and start over")
         self.again_button.layout.display = "none"
         self.feedback = widgets.HTML("")
         for w, cls in ((self.check_button, "course-quiz-check"), (self.again_button, "course-quiz-again"),

@@ -1,0 +1,335 @@
+"""Budget planner: which of the chapter's recipes fit a memory budget, and which of those trains fastest.
+
+    plan("llama-3.1-8b", "16GiB").format()
+
+Candidates: 4-bit or not, LoRA (r=16 on q/k/v/o) or a full fine-tune, checkpointing on or off,
+micro-batch 1 to 16 with accumulation keeping the effective batch at 16, and the chapter's three
+optimizers. A recipe fits when the estimator's peak, with a stated margin, is within the budget.
+Speed is the measured tokens/s of a shipped reference run of exactly that recipe where one
+exists; otherwise a stated model scales the nearest measured recipe by factors measured in the
+same reference runs. Every row says which one it used.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+from .estimate import GiB, Estimate, estimate, get_hardware, model_shapes, same_setup
+from .recipe import DEFAULT_TARGETS, Recipe
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+EFFECTIVE_BATCH = 16
+OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
+# Fits when estimate x MARGIN_FACTOR + MARGIN_GIB <= budget. The factor covers the CUDA caching
+# allocator's reserve above the allocated peak (reserved/estimate reached 1.14 in the reference runs,
+# see margin_calibration()), the GiB covers cuBLAS workspaces and the CUDA context (~0.5 GiB), which
+# no allocator counter sees.
+MARGIN_FACTOR = 1.15
+MARGIN_GIB = 0.75
+SPEED_MODEL = "llama-3.1-8b"  # models without reference runs are scaled from this one's
+
+
+class BudgetError(ValueError):
+    """A budget string that cannot be read; the message names it and shows the accepted forms."""
+
+
+_UNITS = {"gib": GiB, "gb": 10**9, "mib": 2**20, "mb": 10**6}
+
+
+def parse_budget(text: str) -> int:
+    """'16GiB', '16GB', '14.7GiB', '8 gib' -> bytes (GiB = 2^30, GB = 10^9)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", str(text))
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise BudgetError(f"Cannot read the budget {text!r}: write a number and a unit, e.g. 16GiB, 16GB, 14.7GiB "
+                          f"or 8000MiB (GiB = 2^30 bytes, GB = 10^9 bytes).")
+    nbytes = int(float(match.group(1)) * _UNITS[unit])
+    if nbytes <= 0:
+        raise BudgetError(f"The budget {text!r} is not positive.")
+    return nbytes
+
+
+def needed_bytes(e: Estimate) -> int:
+    """Memory a recipe needs by the planner's rule: estimate x MARGIN_FACTOR + MARGIN_GIB."""
+    return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
+
+
+def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16") -> list[Recipe]:
+    """The grid the planner searches: every combination of the chapter's techniques."""
+    out = []
+    for four_bit in (True, False):
+        for lora_r in ((16,) if four_bit else (16, None)):
+            for ckpt in (True, False):
+                for mb in MICRO_BATCHES:
+                    for opt in OPTIMIZERS:
+                        out.append(Recipe(model=model, load_in_4bit=four_bit, lora_r=lora_r, lora_targets=DEFAULT_TARGETS,
+                                          precision=precision, gradient_checkpointing=ckpt, micro_batch=mb,
+                                          grad_accum=EFFECTIVE_BATCH // mb, optimizer=opt, max_seq_length=seq,
+                                          steps=5, warmup_steps=1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# speed: measured where known, else a stated model built on the measurements
+# ---------------------------------------------------------------------------------------------
+# The model: a recipe's family is its (4-bit, full FT, checkpointing) choice. Within a family,
+# tokens/s follows the measured micro-batch points (median over optimizers: they differ by less
+# than the run-to-run noise), on straight lines in log-log between them; outside them, it follows
+# the shape of the best-measured family. A family without runs borrows the nearest measured one
+# and multiplies by each differing technique's factor, the median ratio over reference pairs that
+# differ only in that technique. Models without runs are scaled from SPEED_MODEL by parameter count.
+FAMILY_KNOBS = ("load_in_4bit", "full_ft", "gradient_checkpointing")
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Tokens per second and where the number comes from."""
+
+    tokens_per_s: float
+    basis: str
+    measured: bool
+
+
+def family(r: Recipe) -> tuple[bool, bool, bool]:
+    """(4-bit, full fine-tune, checkpointing): the choices that set a recipe's speed family."""
+    return (r.load_in_4bit, not r.uses_lora, r.gradient_checkpointing)
+
+
+def family_name(key: tuple[bool, bool, bool]) -> str:
+    """'QLoRA, ckpt' and the like."""
+    four_bit, full_ft, ckpt = key
+    return ("QLoRA" if four_bit else "full FT" if full_ft else "LoRA") + (", ckpt" if ckpt else ", no ckpt")
+
+
+def family_curves(refs: list) -> dict[tuple, dict[int, float]]:
+    """Measured tokens/s by micro-batch, per family (median over optimizers at each micro-batch)."""
+    points: dict[tuple, dict[int, list[float]]] = {}
+    for m in refs:
+        r = m.recipe_obj
+        points.setdefault(family(r), {}).setdefault(r.micro_batch, []).append(m.tokens_per_s)
+    return {k: {mb: statistics.median(v) for mb, v in by_mb.items()} for k, by_mb in points.items()}
+
+
+def interpolate(curve: dict[int, float], mb: int) -> float:
+    """The curve at micro-batch mb: straight lines between measured points in log-log, flat beyond them."""
+    xs = sorted(curve)
+    lo = max([x for x in xs if x <= mb], default=xs[0])
+    hi = min([x for x in xs if x >= mb], default=xs[-1])
+    if lo == hi:
+        return curve[lo]
+    t = (math.log(mb) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp(math.log(curve[lo]) + t * (math.log(curve[hi]) - math.log(curve[lo])))
+
+
+def curve_at(curve: dict[int, float], mb: int, shape: dict[int, float]) -> float:
+    """A family's tokens/s at mb: its own points where they bracket mb, else `shape` from its nearest point."""
+    if min(curve) <= mb <= max(curve):
+        return interpolate(curve, mb)
+    near = min(curve, key=lambda x: abs(math.log(x / mb)))
+    return curve[near] * interpolate(shape, mb) / interpolate(shape, near)
+
+
+def pair_factor(refs: list, knob: int, before: bool, after: bool) -> float | None:
+    """Median tokens/s ratio over reference pairs that differ only in family knob `knob` (before -> after)."""
+    ratios = []
+    for m1 in refs:
+        for m2 in refs:
+            f1, f2 = family(m1.recipe_obj), family(m2.recipe_obj)
+            same_rest = all(f1[k] == f2[k] for k in range(3) if k != knob)
+            if (f1[knob], f2[knob]) == (before, after) and same_rest and \
+                    (m1.recipe_obj.micro_batch, m1.recipe_obj.optimizer) == (m2.recipe_obj.micro_batch, m2.recipe_obj.optimizer):
+                ratios.append(m2.tokens_per_s / m1.tokens_per_s)
+    return statistics.median(ratios) if ratios else None
+
+
+def speed_of(recipe: Recipe, references: list) -> Speed:
+    """Measured tokens/s of this exact recipe if a reference run has it, else the stated model's."""
+    usable = [m for m in references if m.fits and m.tokens_per_s]
+    exact = next((m for m in usable if same_setup(m.recipe_obj, recipe)), None)
+    if exact is not None:
+        return Speed(exact.tokens_per_s, f"measured ({exact.label})", True)
+    pool = [m for m in usable if m.recipe["model"] == recipe.model and m.recipe["precision"] == "bf16"]
+    scale, via = 1.0, ""
+    if not pool:
+        pool = _speed_model_refs()
+        scale = model_shapes(SPEED_MODEL).total_params / model_shapes(recipe.model).total_params
+        via = f"; x {scale:.2f}: parameters of {SPEED_MODEL} / {recipe.model}"
+    seqs = {m.recipe["max_seq_length"] for m in pool}
+    if recipe.max_seq_length not in seqs:
+        via += f"; measured at sequence {'/'.join(map(str, sorted(seqs)))}"
+    curves = family_curves(pool)
+    shape = max(curves.values(), key=len)
+    target = family(recipe)
+    source = min(curves, key=lambda k: (sum(a != b for a, b in zip(k, target)), -len(curves[k])))
+    value = curve_at(curves[source], recipe.micro_batch, shape)
+    steps = []
+    for knob in range(3):
+        if source[knob] != target[knob]:
+            f = pair_factor(pool, knob, source[knob], target[knob]) or \
+                pair_factor(_speed_model_refs(), knob, source[knob], target[knob]) or 1.0
+            value *= f
+            steps.append(f"{'+' if target[knob] else 'no '}{_SHORT[knob]} x{f:.2f}")
+    measured_mbs = "/".join(str(mb) for mb in sorted(curves[source]))
+    basis = f"model: {family_name(source)} runs at micro-batch {measured_mbs}" + "".join(f", {s}" for s in steps) + via
+    return Speed(value * scale, basis, False)
+
+
+_SHORT = {0: "4-bit", 1: "full FT", 2: "ckpt"}
+
+
+def _speed_model_refs() -> list:
+    """The bf16 reference runs of SPEED_MODEL (for a factor another model's runs cannot give)."""
+    from .results import reference_results
+
+    return [m for m in reference_results() if m.fits and m.tokens_per_s and m.recipe["model"] == SPEED_MODEL
+            and m.recipe["precision"] == "bf16"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+# ---------------------------------------------------------------------------------------------
+def short_name(r: Recipe) -> str:
+    """The recipe's description without the sequence length (the plan fixes it)."""
+    return r.describe().replace(f", seq {r.max_seq_length}", "")
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate: its estimate, the memory it needs with the margin, whether it fits, its speed."""
+
+    recipe: Recipe
+    estimate: Estimate
+    needed: int
+    fits: bool
+    speed: Speed
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every candidate for one model and budget; `pick` is the fastest that fits."""
+
+    model: str
+    seq: int
+    budget: int
+    hardware: str
+    rows: list[PlanRow]
+
+    @property
+    def fitting(self) -> list[PlanRow]:
+        """Rows that fit, fastest first (ties: measured first, then the one that needs less)."""
+        return sorted((r for r in self.rows if r.fits),
+                      key=lambda r: (-round(r.speed.tokens_per_s), not r.speed.measured, r.needed))
+
+    @property
+    def pick(self) -> PlanRow | None:
+        """The fastest recipe that fits, or None when nothing does."""
+        fitting = self.fitting
+        return fitting[0] if fitting else None
+
+    def format(self, show: int | None = None) -> str:
+        """The plan as text: the rule, the fitting rows, the pick (or why nothing fits)."""
+        hw = get_hardware(self.hardware)
+        lines = [f"Budget planner: {self.model}, sequence {self.seq}, effective batch {EFFECTIVE_BATCH}, "
+                 f"on {hw.name}.",
+                 f"Budget {self.budget / GiB:.2f} GiB. A recipe fits when its estimated peak x {MARGIN_FACTOR} + "
+                 f"{MARGIN_GIB} GiB is within the budget",
+                 "(the factor covers the CUDA allocator's reserve over the peak, the GiB cuBLAS and the CUDA context).",
+                 "Speed: tokens/s of an NVIDIA H200 reference run of the recipe where one exists, else modelled: the",
+                 "measured runs of the same family (4-bit, LoRA or full, checkpointing) across micro-batches, times",
+                 "measured factors for a family never run (see plan.py).", ""]
+        if hw.name != get_hardware("gpu").name:
+            lines.insert(4, f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
+                            "check the pick there.")
+        fitting = self.fitting
+        if not fitting:
+            return "\n".join(lines + [self.nothing_fits()])
+        w = max(len(short_name(r.recipe)) for r in fitting[:show])
+        lines.append(f"  {'recipe':<{w}}{'estimate':>9}{'needed':>9}{'tokens/s':>10}  speed from")
+        lines.append(f"  {'':<{w}}{'(GiB)':>9}{'(GiB)':>9}")
+        for r in fitting[:show]:
+            mark = "*" if r is fitting[0] else " "
+            lines.append(f"{mark} {short_name(r.recipe):<{w}}{r.estimate.peak_gib:9.2f}{r.needed / GiB:9.2f}"
+                         f"{r.speed.tokens_per_s:10.0f}  {r.speed.basis}")
+        if show is not None and len(fitting) > show:
+            lines.append(f"  ... and {len(fitting) - show} more that fit (--all lists them).")
+        lines += ["", f"{len(fitting)} of {len(self.rows)} candidates fit. Pick (*): {short_name(fitting[0].recipe)}, "
+                      f"{fitting[0].speed.tokens_per_s:.0f} tokens/s ({'measured' if fitting[0].speed.measured else 'modelled'}),"
+                      f" needs {fitting[0].needed / GiB:.2f} GiB of {self.budget / GiB:.2f}."]
+        return "\n".join(lines)
+
+    def nothing_fits(self) -> str:
+        """Why nothing fits, how close the smallest candidate came, and what would go lower."""
+        smallest = min(self.rows, key=lambda r: r.needed)
+        lines = [f"Nothing in the {len(self.rows)} candidates fits in {self.budget / GiB:.2f} GiB.",
+                 f"The smallest is {short_name(smallest.recipe)}: estimated {smallest.estimate.peak_gib:.2f} GiB, "
+                 f"needs {smallest.needed / GiB:.2f} GiB with the margin."]
+        ideas = []
+        if smallest.recipe.load_in_4bit and smallest.recipe.prepare_kbit:
+            lean = estimate(smallest.recipe.with_(prepare_kbit=False), hardware=self.hardware)
+            ideas.append(f"prepare_kbit=False keeps the embeddings, lm_head and norms in 16-bit instead of fp32: "
+                         f"estimated {lean.peak_gib:.2f} GiB, needs {needed_bytes(lean) / GiB:.2f} GiB (not measured)")
+        if self.seq > 128:
+            short = estimate(smallest.recipe.with_(max_seq_length=self.seq // 2), hardware=self.hardware)
+            ideas.append(f"--seq {self.seq // 2}: needs {needed_bytes(short) / GiB:.2f} GiB")
+        ideas.append("a smaller model (e.g. llama-3.2-1b)")
+        return "\n".join(lines + ["What would go lower: " + "; ".join(ideas) + "."])
+
+
+def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardware: str = "gpu",
+         references: list | None = None) -> Plan:
+    """Estimate every candidate recipe for `model`, mark what fits `budget`, and attach each one's speed."""
+    from .results import reference_results
+
+    hw = get_hardware(hardware)
+    if budget is None:
+        if hw.memory_gib is None:
+            raise BudgetError(f"Give a budget (e.g. 16GiB); {hw.name} has no fixed memory size.")
+        budget = int(hw.memory_gib * GiB)
+    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
+    refs = reference_results() if references is None else references
+    rows = []
+    for recipe in candidate_recipes(model, seq, precision=hw.auto_precision):
+        e = estimate(recipe, hardware=hw)
+        need = needed_bytes(e)
+        rows.append(PlanRow(recipe, e, need, need <= budget_bytes, speed_of(recipe, refs)))
+    return Plan(model=model, seq=seq, budget=budget_bytes, hardware=hardware, rows=rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# the margin, checked against the reference runs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MarginCheck:
+    """One reference run: what the CUDA allocator reserved against what the planner's rule reserves for it."""
+
+    label: str
+    model: str
+    estimated: int
+    allocated: int
+    reserved: int
+    needed: int
+
+    @property
+    def covered(self) -> bool:
+        """True when the rule (without its CUDA-context share) covers what was reserved."""
+        return self.reserved <= self.needed - CUDA_CONTEXT_GIB * GiB
+
+
+CUDA_CONTEXT_GIB = 0.5  # the part of MARGIN_GIB for the CUDA context, which max_memory_reserved does not count
+
+
+def margin_calibration(references: list | None = None) -> list[MarginCheck]:
+    """For each reference run with CUDA counters: estimate, allocated, reserved, and what the rule sets aside."""
+    from .results import reference_results
+
+    refs = reference_results() if references is None else references
+    out = []
+    for m in refs:
+        if m.fits and m.cuda_max_reserved:
+            e = estimate(m.recipe_obj, hardware="gpu")
+            out.append(MarginCheck(m.label, m.recipe["model"], e.peak_bytes, m.cuda_max_allocated or 0,
+                                   m.cuda_max_reserved, needed_bytes(e)))
+    return out

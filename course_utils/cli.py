@@ -126,7 +126,8 @@ def _lora_rank(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--lora-r takes a whole number or 'none' (full fine-tune), got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"--lora-r takes a whole number or 'none' (full fine-tune), got {text!r}") from None
 
 
 def _add_estimate_and_plan(sub) -> None:
@@ -134,13 +135,15 @@ def _add_estimate_and_plan(sub) -> None:
     hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
                     help="gpu: a bf16 GPU of compute capability 8.0+ (A100, L4, H100, H200; default); "
                          "t4: Colab's free T4 (fp16, no FlashAttention-2, 14.7 GiB); cpu")
-    est = sub.add_parser("estimate", help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
+    est = sub.add_parser("estimate",
+                         help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
     est.add_argument("--model", default=None,
                      help="a preset (llama-3.1-8b, ...), 'tiny', or a local folder / cached hub id; "
                           "without it, print the expected-memory table")
     est.add_argument("--source", action="store_true", help="start from the source chapter's complete recipe")
     est.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None, help="NF4 base weights")
-    est.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None, help="quantize the 4-bit scales")
+    est.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None,
+                     help="quantize the 4-bit scales")
     est.add_argument("--lora-r", type=_lora_rank, default=None, help="LoRA rank, or 'none' for a full fine-tune")
     est.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default=None)
     est.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)

@@ -19,10 +19,15 @@ the tiny model, and against the H200 reference runs in `course_utils/reference/`
 - activations: what autograd saves per layer (norm inputs in fp32, what the attention kernel keeps,
   LoRA's dropout masks and inputs, the MLP's gate/up/silu outputs), or only each layer's input
   under gradient checkpointing, plus what the loss keeps.
-- temporaries: at the peak moment, whichever is largest of: the backward of trl's chunked loss (a
-  [4096-token x 32,768-column] tile, fp32 gradient buffers, bf16 copies of an fp32 lm_head), the
-  backward of the last layer (recomputed under checkpointing, plus the MLP's gradients), or the
-  optimizer step (torch's AdamW makes one full copy of its second moment).
+- temporaries: what else is alive at the peak moment, which is the largest of four: the forward
+  or the backward of trl's chunked loss (a [4096-token x 32,768-column] tile, fp32 gradient
+  buffers, bf16 copies of an fp32 lm_head; in the forward the tracker files these as
+  activations), the backward of the last layer (recomputed under checkpointing, plus the MLP's
+  gradients), or the optimizer step (torch's AdamW makes one full copy of its second moment).
+
+Assumed: full micro-batches (no padding; `padded=True` models one), Llama-style decoder layers,
+scaled_dot_product_attention. `measured_step_has_padding` tells whether a stored measurement met
+a padded micro-batch.
 """
 
 from __future__ import annotations
@@ -72,11 +77,11 @@ class Hardware:
 
 
 HARDWARE = {
-    "gpu": Hardware("a CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
+    "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
                     "cuda", "bf16", True, short="a bf16 GPU"),
-    "t4": Hardware("an NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
+    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
                    short="a T4 (fp16)"),
-    "cpu": Hardware("a CPU", "cpu", "fp32", False, short="a CPU"),
+    "cpu": Hardware("CPU", "cpu", "fp32", False, short="a CPU"),
 }
 
 
@@ -145,6 +150,8 @@ class Estimate:
             for t in terms:
                 lines.append(f"    {t.name}: {t.arithmetic} = {fmt_bytes(t.nbytes)}" if t.arithmetic
                              else f"    {t.name}: {fmt_bytes(t.nbytes)}")
+            if not terms:
+                lines.append("    none at this moment")
         lines.append(f"{'peak':<14}{fmt_bytes(self.peak_bytes):>40}  ({self.peak_gib:.2f} GiB)")
         others = [f"{name} {fmt_bytes(b)}" for name, b in self.moments.items() if name != self.moment]
         if others:
@@ -154,10 +161,12 @@ class Estimate:
 
 
 def fmt_bytes(n: float) -> str:
-    """Bytes as MiB with thousands separators (KiB below 0.1 MiB, GiB from 100 GiB)."""
+    """Bytes as MiB with thousands separators (B or KiB below 0.1 MiB, GiB from 100 GiB)."""
     if n >= 100 * GiB:
         return f"{n / GiB:,.1f} GiB"
-    return f"{n / MiB:,.1f} MiB" if n >= 0.1 * MiB else f"{n / 1024:,.1f} KiB"
+    if n >= 0.1 * MiB:
+        return f"{n / MiB:,.1f} MiB"
+    return f"{n / 1024:,.1f} KiB" if n >= 1024 else f"{n:.0f} B"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,7 +462,8 @@ def trainable_tensors(x: Setup) -> list[tuple[str, int, int]]:
     if x.recipe.uses_lora:
         out = []
         for name, i, o in lora_shapes(x.recipe, s):
-            out += [(f"{name}.lora_A", x.recipe.lora_r * i, s.layers), (f"{name}.lora_B", o * x.recipe.lora_r, s.layers)]
+            out.append((f"{name}.lora_A", x.recipe.lora_r * i, s.layers))
+            out.append((f"{name}.lora_B", o * x.recipe.lora_r, s.layers))
         return out
     out = [(name, i * o, s.layers) for name, i, o in s.layer_linears] + [("embed_tokens", s.embed_params, 1)]
     if s.lm_head_params:
@@ -506,8 +516,11 @@ def bnb_8bit_terms(x: Setup) -> list[Term]:
                   f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB of maps")]
     n32 = sum(e * c for _, e, c in wide)
     if n32:
-        why = [f"tensors under {BNB_MIN_8BIT_SIZE} elements"] if any(e < BNB_MIN_8BIT_SIZE for _, e, _ in wide) else []
-        why += ["the embeddings (the Trainer keeps them 32-bit)"] if any(n == "embed_tokens" for n, _, _ in wide) else []
+        why = []
+        if any(e < BNB_MIN_8BIT_SIZE for _, e, _ in wide):
+            why.append(f"tensors under {BNB_MIN_8BIT_SIZE} elements")
+        if any(n == "embed_tokens" for n, _, _ in wide):
+            why.append("the embeddings (the Trainer keeps them 32-bit)")
         terms.append(Term("optimizer", "32-bit state for " + " and ".join(why), 2 * n32 * 4, f"2 x {n32:,} x 4 B"))
     return terms
 
@@ -561,9 +574,11 @@ def lora_piece(x: Setup, first_layer: bool = False) -> Piece:
         m = x.dtypes.mask if has_mask else 0
         total += i * (c + m) + r * c
         parts.append(f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
+    counted = {p: parts.count(p) for p in dict.fromkeys(parts)}  # identical modules once, with a count
+    arithmetic = " + ".join(p if n == 1 else f"{n} x ({p})" for p, n in counted.items())
     names = ", ".join(n for n, _, _ in lora_shapes(recipe, x.shapes))
     what = "dropout mask, lora_A input and output" if recipe.lora_dropout > 0 else "lora_A input and output"
-    return Piece(f"LoRA ({names}): {what}", total, " + ".join(parts) + " B")
+    return Piece(f"LoRA ({names}): {what}", total, arithmetic + " B")
 
 
 def full_ft_linear_inputs(x: Setup) -> list[Piece]:
@@ -589,6 +604,11 @@ def autocast_weight_copies(x: Setup) -> int:
     return 0
 
 
+def _grouped(arithmetic: str) -> str:
+    """Arithmetic with a sum in it, in parentheses, so that a product before it applies to all of it."""
+    return f"({arithmetic})" if " + " in arithmetic else arithmetic
+
+
 def per_layer_bytes(pieces: list[Piece]) -> int:
     """Bytes per token of one layer."""
     return sum(p.per_token for p in pieces)
@@ -603,11 +623,12 @@ def layer_activation_terms(x: Setup) -> list[Term]:
                       f"{L} layers x {T} tokens x {h} x {d.residual} B"),
                  Term("activations", "position ids (a checkpoint input)", S * 8, f"{S} x 8 B")]
         if x.padded:
-            terms.append(Term("activations", "padding mask (bool, a checkpoint input)", B * S * S, f"{B} x {S} x {S} x 1 B"))
+            terms.append(Term("activations", "padding mask (bool, a checkpoint input)", B * S * S,
+                              f"{B} x {S} x {S} x 1 B"))
         return terms
     rest = L - 1 if recipe.uses_lora else L  # LoRA's layer 0: the embedding output needs no gradient
-    terms = [Term("activations", p.name, rest * T * p.per_token, f"{rest} layers x {T} tokens x {p.arithmetic}")
-             for p in layer_pieces(x)]
+    terms = [Term("activations", p.name, rest * T * p.per_token,
+                  f"{rest} layers x {T} tokens x {_grouped(p.arithmetic)}") for p in layer_pieces(x)]
     if recipe.uses_lora:
         first = per_layer_bytes(layer_pieces(x, first_layer=True))
         terms.append(Term("activations", "layer 0 (its input needs no gradient: no first-norm input, no q/k/v masks)",
@@ -623,9 +644,11 @@ def head_activation_terms(x: Setup) -> list[Term]:
     """What the final norm, the rotary tables and the fused loss keep (outside the layers)."""
     recipe, d, h = x.recipe, x.dtypes, x.shapes.hidden
     B, S, T, N = recipe.micro_batch, recipe.max_seq_length, x.tokens, x.scored
-    terms = [Term("activations", "final RMSNorm input in fp32 + rsqrt", T * (4 * h + 4), f"{T} tokens x (4 B x {h} + 4 B)")]
+    terms = [Term("activations", "final RMSNorm input in fp32 + rsqrt", T * (4 * h + 4),
+                  f"{T} tokens x (4 B x {h} + 4 B)")]
     if x.full_ft:
-        terms.append(Term("activations", "final RMSNorm normalized values", T * h * d.residual, f"{T} x {h} x {d.residual} B"))
+        terms.append(Term("activations", "final RMSNorm normalized values", T * h * d.residual,
+                          f"{T} x {h} x {d.residual} B"))
     rows = T if (x.hardware.device == "cpu" and B == 1) else N  # CPU with one row keeps a view, else a copy
     terms.append(Term("activations", "hidden states kept by the fused loss", rows * h * d.norm_out,
                       f"{rows} x {h} x {d.norm_out} B"))
@@ -647,7 +670,8 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
     terms = [Term("temporaries", f"loss tile (up to {LOSS_TOKEN_TILE} tokens x {LOSS_VOCAB_TILE:,} vocabulary columns)",
                   n * LOSS_VOCAB_TILE * c, f"{n} x {LOSS_VOCAB_TILE} x {c} B"),
              Term("temporaries", "fp32 gradient of the hidden states", N * h * 4, f"{N} x {h} x 4 B"),
-             Term("temporaries", "gradient of the per-token log-probs", N * 4, f"{N} x 4 B")]
+             Term("temporaries", "gradient of the per-token log-probs", N * 4, f"{N} x 4 B"),
+             loss_scalars(x)]
     if d.norm_out != c:
         terms.append(Term("temporaries", f"hidden states cast to {x.dtype(c)}", n * h * c, f"{n} x {h} x {c} B"))
     lm_head = d.weight if x.full_ft else d.kept
@@ -657,6 +681,9 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
                           copies * cols * h * c, f"{copies} x {cols} x {h} x {c} B"))
     if x.full_ft:
         terms.append(Term("temporaries", "fp32 gradient of lm_head", s.vocab * h * 4, f"{s.vocab} x {h} x 4 B"))
+        if lm_head != 4:
+            terms.append(Term("temporaries", f"lm_head gradient cast back to {x.dtype(lm_head)}",
+                              s.vocab * h * lm_head, f"{s.vocab} x {h} x {lm_head} B"))
     if x.hardware.device == "cpu":  # no Triton: the tile's backward runs as torch ops on [tokens x vocab] tensors
         k = 7 if c == 4 else 8
         terms.append(Term("temporaries", f"CPU fallback of the tile backward ({k} fp32 + 1 bool [tokens x vocab])",
@@ -665,6 +692,12 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
         terms.append(Term("temporaries", f"hidden-state gradient cast back to {x.dtype(d.norm_out)}",
                           N * h * d.norm_out, f"{N} x {h} x {d.norm_out} B"))
     return terms
+
+
+def loss_scalars(x: Setup) -> Term:
+    """The loss, its scaled copy and its gradient's seed (and, with accumulation, the step's running loss)."""
+    n = 5 if x.recipe.grad_accum > 1 else 3
+    return Term("temporaries", "loss scalars", n * 4, f"{n} x 4 B")
 
 
 def loss_forward_extras(x: Setup) -> list[Term]:
@@ -677,7 +710,8 @@ def loss_forward_extras(x: Setup) -> list[Term]:
         terms.append(Term("activations", "final norm output, still referenced during the loss's forward",
                           x.tokens * h * d.norm_out, f"{x.tokens} x {h} x {d.norm_out} B"))
     if d.norm_out != c:
-        terms.append(Term("activations", f"hidden states cast to {x.dtype(c)} (forward)", n * h * c, f"{n} x {h} x {c} B"))
+        terms.append(Term("activations", f"hidden states cast to {x.dtype(c)} (forward)", n * h * c,
+                          f"{n} x {h} x {c} B"))
     if (d.weight if x.full_ft else d.kept) != c:
         terms.append(Term("activations", f"lm_head chunk cast to {x.dtype(c)} (forward: one at a time)",
                           cols * h * c, f"{cols} x {h} x {c} B"))
@@ -695,9 +729,10 @@ def layer_backward_temporaries(x: Setup) -> list[Term]:
         per_token = per_layer_bytes(layer_pieces(x))
         if d.residual == 4:  # the first norm keeps the checkpointed input itself, not a new fp32 copy
             per_token -= 4 * h
-        terms.append(Term("temporaries", "last layer recomputed (checkpointing)", T * per_token + autocast_weight_copies(x),
-                          f"{T} tokens x {per_token:,} B" + (f" + {autocast_weight_copies(x):,} B of autocast weight copies"
-                                                              if autocast_weight_copies(x) else "")))
+        copies = autocast_weight_copies(x)
+        extra = f" + {copies:,} B of autocast weight copies" if copies else ""
+        terms.append(Term("temporaries", "last layer recomputed (checkpointing)", T * per_token + copies,
+                          f"{T} tokens x {per_token:,} B{extra}"))
     mlp = d.compute if x.full_ft else d.mlp
     terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate, up",
                       T * (h * d.residual + 3 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 3 x {i} x {mlp}) B"))
@@ -946,7 +981,8 @@ def _cell_text(cell: ExpectedCell) -> str:
 def format_expected_table(rows: list[ExpectedRow]) -> str:
     """The table as text, with what each column means and where the measurements come from."""
     lines = ["Peak memory of one training step, sequence 512, effective batch 16 (GiB = 2^30 bytes; the chapter's",
-             "figures as it prints them). 'measured' = a shipped GPU reference run; 'estimated' = course_utils.estimate.",
+             "figures as it prints them). 'measured' = a shipped GPU reference run; 'estimated' = "
+             "course_utils.estimate.",
              "",
              f"{'':<19}{'Without optimization (full FT)':<40}{'Full optimization (chapter recipe)':<40}",
              f"{'size model':<19}{'chapter':<9}{'ours':<31}{'chapter':<9}{'ours':<31}"]
@@ -954,9 +990,12 @@ def format_expected_table(rows: list[ExpectedRow]) -> str:
         lines.append(f"{r.size:<4} {r.model:<14}{r.without.claim or '-':<9}{_cell_text(r.without):<31}"
                      f"{r.full.claim or '-':<9}{_cell_text(r.full)}")
     lines += ["",
-              "Without optimization = without_optimization_recipe(model): a full fine-tune with bf16 weights, gradients",
-              "  and AdamW states, no checkpointing, micro-batch 1 x 16. Its peak is the optimizer step, about 10 bytes",
-              "  per parameter. The chapter's ~14GB for 7B is the bf16 weights alone (6.74 billion x 2 bytes = 13.5 GB).",
+              "Without optimization = without_optimization_recipe(model): a full fine-tune with bf16 weights, "
+              "gradients",
+              "  and AdamW states, no checkpointing, micro-batch 1 x 16. Its peak is the optimizer step, about 10 "
+              "bytes",
+              "  per parameter. The chapter's ~14GB for 7B is the bf16 weights alone (6.74 billion x 2 bytes = "
+              "13.5 GB).",
               "Full optimization = source_chapter_recipe(model): 4-bit NF4 + double quant, LoRA r=16 on q/k/v/o, bf16,",
               "  gradient checkpointing, 1 x 16, paged_adamw_8bit.",
               "Estimates assume a bf16 GPU with FlashAttention-2; they need no weights."]
@@ -974,7 +1013,8 @@ def format_expected_table(rows: list[ExpectedRow]) -> str:
 # the recipes the estimator is held to on the tiny model (tests and scripts/estimator_accuracy.py)
 # ---------------------------------------------------------------------------------------------
 def tiny_check_recipes() -> list[Recipe]:
-    """The chapter's ladder on the tiny model in fp32, plus full fine-tunes, micro-batch 8, sequence 512, NF4 without DQ."""
+    """The chapter's ladder on the tiny model in fp32, plus full fine-tunes, micro-batch 8, sequence 512 and NF4
+    without double quant."""
     from .recipe import ladder
 
     base = Recipe(learning_rate=1e-3, steps=4, warmup_steps=1)

@@ -28,8 +28,8 @@ def recipes_to_check(model: str, budget: int, seq: int, hardware: str) -> list[t
     """(role, recipe): the planner's pick (or its smallest candidate) and the source chapter's recipe."""
     p = plan(model, budget, seq=seq, hardware=hardware)
     hw = get_hardware(hardware)
-    source = source_chapter_recipe(model).with_(precision=hw.auto_precision, max_seq_length=seq, steps=5,
-                                                 warmup_steps=1, label="source chapter recipe")
+    source = source_chapter_recipe(model).with_(
+        precision=hw.auto_precision, max_seq_length=seq, steps=5, warmup_steps=1, label="source chapter recipe")
     if p.pick is not None:
         return [("pick", p.pick.recipe.with_(label=f"pick for {budget / GiB:.1f} GiB")), ("source", source)]
     smallest = min(p.rows, key=lambda r: r.needed).recipe

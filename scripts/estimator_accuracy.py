@@ -71,8 +71,9 @@ def notes_for(m, est, padded_est) -> list[str]:
         notes.append(f"its tracked step met a padded micro-batch (measurement method {measurement_method(m)}: "
                      f"packing's short blocks were still in the data), so attention got a mask and k/v were repeated "
                      f"to every head in the recomputed layer; the estimate for full batches misses by "
-                     f"{peak_error(est, m):+.2f}% at the peak ({percent(est.by_category['temporaries'], cats.get('temporaries', 0))} "
-                     f"in temporaries); with padded=True it is {peak_error(padded_est, m):+.2f}%")
+                     f"{peak_error(est, m):+.2f}% at the peak "
+                     f"({percent(est.by_category['temporaries'], cats.get('temporaries', 0))} in temporaries); "
+                     f"with padded=True it is {peak_error(padded_est, m):+.2f}%")
     if "optimizer step" in est.moment:
         notes.append("the peak is the optimizer step: temporaries are torch AdamW's sqrt(exp_avg_sq), one more "
                      "copy of the weights' size, and activations are gone")
@@ -91,8 +92,9 @@ def gpu_part() -> list[tuple[str, float]]:
     from course_utils.results import reference_results
 
     refs = reference_results()
-    print(f"GPU reference runs ({refs[0].env['device']}, {refs[0].date[:10]}, torch {refs[0].env['versions']['torch']}, "
-          f"transformers {refs[0].env['versions']['transformers']}, trl {refs[0].env['versions']['trl']}) "
+    env = refs[0].env
+    print(f"GPU reference runs ({env['device']}, {refs[0].date[:10]}, torch {env['versions']['torch']}, "
+          f"transformers {env['versions']['transformers']}, trl {env['versions']['trl']}) "
           "against the estimate for a bf16 GPU:\n")
     print(header())
     errors, notes = [], []
@@ -158,8 +160,9 @@ def main() -> int:
     if not args.gpu_only:
         errors += cpu_part()
     worst = max(errors, key=lambda e: abs(e[1]))
+    within = sum(abs(e) <= 10 for _, e in errors)
     print(f"\nPeak error over {len(errors)} runs: largest {worst[1]:+.2f}% ({worst[0]}); "
-          f"{sum(abs(e) <= 10 for _, e in errors)} of {len(errors)} within 10%. ({time.perf_counter() - started:.0f} s)")
+          f"{within} of {len(errors)} within 10%. ({time.perf_counter() - started:.0f} s)")
     return 0
 
 

@@ -1,0 +1,142 @@
+"""The budget planner: budgets, what fits, the pick, the margin against the reference runs, `course plan`."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from course_utils.models import PRESETS
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("16GiB", 16 * GIB), ("16GB", 16 * 10**9), ("8GiB", 8 * GIB), ("14.7GiB", int(14.7 * GIB)),
+    (" 8 gib ", 8 * GIB), ("8000MiB", 8000 * 2**20),
+])
+def test_parse_budget(text, expected):
+    from course_utils.plan import parse_budget
+
+    assert parse_budget(text) == expected
+
+
+@pytest.mark.parametrize("text", ["16", "16XB", "sixteen GiB", "", "-5GiB", "0GiB", "16 GiB of memory"])
+def test_bad_budget_names_the_input(text):
+    from course_utils.plan import BudgetError, parse_budget
+
+    with pytest.raises(BudgetError) as info:
+        parse_budget(text)
+    assert repr(text) in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def plan_16():
+    from course_utils.plan import plan
+
+    return plan("llama-3.1-8b", "16GiB")
+
+
+def test_candidate_grid():
+    from course_utils.plan import EFFECTIVE_BATCH, candidate_recipes
+
+    grid = candidate_recipes("llama-3.1-8b")
+    assert len(grid) == len({r.key for r in grid}) == 90
+    assert all(r.effective_batch == EFFECTIVE_BATCH and r.max_seq_length == 512 for r in grid)
+    assert not any(r.load_in_4bit and not r.uses_lora for r in grid)
+    assert {r.optimizer for r in grid} == {"adamw_torch", "adamw_8bit", "paged_adamw_8bit"}
+
+
+def test_pick_fits_with_the_margin_and_is_the_fastest(plan_16):
+    from course_utils.plan import MARGIN_FACTOR, MARGIN_GIB
+
+    pick = plan_16.pick
+    assert pick is not None and pick.fits
+    assert pick.needed == int(pick.estimate.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GIB)
+    assert pick.needed <= plan_16.budget == 16 * GIB
+    assert pick.speed.tokens_per_s == max(r.speed.tokens_per_s for r in plan_16.rows if r.fits)
+    for r in plan_16.rows:
+        assert r.fits == (r.needed <= plan_16.budget)
+    assert any(not r.fits for r in plan_16.rows)
+
+
+def test_speed_is_measured_where_a_reference_run_exists(plan_16):
+    from course_utils.recipe import source_chapter_recipe
+
+    source = source_chapter_recipe("llama-3.1-8b")
+    row = next(r for r in plan_16.rows if r.recipe.with_(label="").describe() == source.describe())
+    assert row.speed.measured and row.speed.basis.startswith("measured")
+    assert row.speed.tokens_per_s == pytest.approx(1054.0)
+    modelled = [r for r in plan_16.rows if not r.speed.measured]
+    assert modelled and all(r.speed.basis.startswith("model:") and r.speed.tokens_per_s > 0 for r in modelled)
+
+
+def test_plan_text_names_the_rule_and_the_pick(plan_16):
+    text = plan_16.format()
+    assert "x 1.15 + 0.75 GiB" in text and "Pick (*)" in text
+    assert "measured" in text and "model:" in text
+
+
+def test_budget_too_small_gives_a_clear_message(capsys):
+    from course_utils.cli import main
+    from course_utils.plan import plan
+
+    p = plan("llama-3.1-8b", "8GiB")
+    assert p.pick is None and p.fitting == []
+    text = p.format()
+    assert "Nothing" in text and "8.00 GiB" in text and "prepare_kbit=False" in text
+    assert main(["plan", "--model", "llama-3.1-8b", "--budget", "1GiB"]) == 0
+    assert "Nothing" in capsys.readouterr().out
+
+
+def test_t4_plan_uses_fp16_and_its_memory():
+    from course_utils.plan import plan
+
+    p = plan("llama-3.1-8b", hardware="t4")
+    assert p.budget == int(14.7 * GIB)
+    assert {r.recipe.precision for r in p.rows} == {"fp16"}
+    assert p.pick is not None and p.pick.needed <= p.budget
+
+
+def test_margin_covers_every_reference_run():
+    from course_utils.plan import margin_calibration
+
+    checks = margin_calibration()
+    assert len(checks) >= 18
+    for c in checks:
+        assert c.covered, (c.model, c.label, c.reserved / GIB, c.needed / GIB)
+
+
+@pytest.mark.parametrize("model", list(PRESETS))
+def test_course_plan_every_preset(model, capsys):
+    from course_utils.cli import main
+
+    assert main(["plan", "--model", model, "--budget", "16GiB"]) == 0
+    assert main(["plan", "--model", model, "--hardware", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert f"Budget planner: {model}" in out
+
+
+def test_course_plan_bad_budget_is_an_argument_error(capsys):
+    from course_utils.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--model", "llama-3.1-8b", "--budget", "16XB"])
+    assert info.value.code == 2
+    assert "'16XB'" in capsys.readouterr().err
+
+
+def test_course_plan_without_budget_on_a_plain_gpu(capsys):
+    from course_utils.cli import main
+
+    assert main(["plan", "--model", "llama-3.1-8b"]) == 2
+    assert "budget" in capsys.readouterr().err
+
+
+def test_check_plan_script_dry_run(capsys):
+    script = Path(__file__).resolve().parents[1] / "scripts" / "check_plan.py"
+    check = runpy.run_path(str(script), run_name="check_plan")
+    assert check["main"](["--model", "llama-3.1-8b", "--budget", "16GiB", "--budget", "8GiB", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "pick" in out and "source" in out and "smallest (nothing fits)" in out

@@ -241,7 +241,7 @@ class Plan:
                  "measured runs of the same family (4-bit, LoRA or full, checkpointing) across micro-batches, times",
                  "measured factors for a family never run (see plan.py).", ""]
         if hw.name != get_hardware("gpu").name:
-            lines.insert(4, f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
+            lines.insert(6, f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
                             "check the pick there.")
         fitting = self.fitting
         if not fitting:

@@ -264,8 +264,7 @@ def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads:
     from peft import get_peft_model
 
     recipe = Recipe(model=model, gradient_checkpointing=True)
-    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
-        loaded, _ = load_model(recipe, check_hardware(recipe))
+    loaded = load_for_inspection(model, load_in_4bit=False)
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     inner = peft_model.get_base_model()
@@ -297,8 +296,7 @@ def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, s
     import torch
     from peft import get_peft_model
     recipe = Recipe(model=model)
-    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
-        loaded, _ = load_model(recipe, check_hardware(recipe))
+    loaded = load_for_inspection(model, load_in_4bit=False)
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     peft_model.eval()  # no dropout: the two ways must see the same function

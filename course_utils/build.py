@@ -4,6 +4,7 @@ trl and bitsandbytes, with their current APIs. When those libraries move, this f
 
 from __future__ import annotations
 
+import math
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
@@ -328,21 +329,13 @@ def weight_storage(model) -> list[dict]:
     for name, p in model.named_parameters():
         qs = getattr(p, "quant_state", None)
         if qs is not None:
-            numel = int(qs.shape.numel()) if hasattr(qs.shape, "numel") else int(torch_prod(qs.shape))
+            numel = math.prod(qs.shape)
             rows.append(dict(name=name, stored=f"4-bit {qs.quant_type}" + (" +DQ" if qs.nested else ""),
                              params=numel, bytes=tensor_bytes([p] + _quant_state_tensors(qs))))
         else:
             rows.append(dict(name=name, stored=str(p.dtype).replace("torch.", ""), params=p.numel(),
                              bytes=p.numel() * p.element_size()))
     return rows
-
-
-def torch_prod(shape) -> int:
-    """Product of a shape's sizes."""
-    out = 1
-    for size in shape:
-        out *= int(size)
-    return out
 
 
 def weight_groups(model) -> dict[str, dict]:

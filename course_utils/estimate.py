@@ -1029,3 +1029,34 @@ def tiny_check_recipes() -> list[Recipe]:
               base.with_(micro_batch=1, max_seq_length=512, label="sequence 512 (micro-batch 1)"),
               small.with_(load_in_4bit=True, double_quant=False, label="4-bit NF4 without double quant, no ckpt")]
     return list(recipes.values()) + extras
+
+
+# ---------------------------------------------------------------------------------------------
+# estimate against measurement
+# ---------------------------------------------------------------------------------------------
+SHORT_NAMES = {"parameters": "params", "gradients": "grads", "optimizer": "optim", "activations": "activ",
+               "temporaries": "temps"}
+
+
+def percent_error(est: float, got: float) -> str:
+    """'+1.2%', or the difference in MiB ('+0.0M') when both are under 1 MiB."""
+    if max(est, got) < MiB:
+        return f"{(est - got) / MiB:+.1f}M"
+    return f"{100 * (est - got) / got:+.1f}%" if got else "new"
+
+
+def comparison_header(width: int = 56) -> str:
+    """Column names and units of comparison_lines()."""
+    cols = list(CATEGORIES) + ["peak"]
+    return (f"{'run':<{width}}     " + "".join(f"{SHORT_NAMES.get(c, c):>10}" for c in cols)
+            + f"\n{'':<{width}}     " + "".join(f"{'(MiB)':>10}" for _ in cols))
+
+
+def comparison_lines(label: str, est: Estimate, m, width: int = 56) -> list[str]:
+    """Three lines: estimate, measurement, error, per category and at the peak (MiB)."""
+    cols = list(CATEGORIES) + ["peak"]
+    want = {**est.by_category, "peak": est.peak_bytes}
+    got = {**{c: m.peak_by_category.get(c, 0) for c in CATEGORIES}, "peak": m.peak_bytes}
+    return [f"{label[:width]:<{width}} est " + "".join(f"{want[c] / MiB:10.1f}" for c in cols),
+            f"{'':<{width}} meas" + "".join(f"{got[c] / MiB:10.1f}" for c in cols),
+            f"{'':<{width}} err " + "".join(f"{percent_error(want[c], got[c]):>10}" for c in cols)]

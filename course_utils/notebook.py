@@ -125,16 +125,11 @@ def estimate_for(recipe: Recipe):
 
 def estimate_vs_measured(measurements) -> str:
     """A table: for each measurement, estimated against measured MiB per category and at the peak."""
-    from .memtrack import CATEGORIES
+    from .estimate import comparison_header, comparison_lines
 
-    cats = [c for c in CATEGORIES if c != "other"] + ["peak"]
-    lines = [f"{'recipe':<34}{'':>10}" + "".join(f"{c[:11]:>12}" for c in cats)]
+    lines = [comparison_header(34)]
     for m in measurements:
-        est = estimate_for(m.recipe_obj)
-        got = {**m.peak_by_category, "peak": m.peak_bytes}
-        want = {**est.by_category, "peak": est.peak_bytes}
-        lines.append(f"{m.label[:34]:<34}{'measured':>10}" + "".join(f"{got.get(c, 0) / 2**20:12.1f}" for c in cats))
-        lines.append(f"{'':<34}{'estimated':>10}" + "".join(f"{want.get(c, 0) / 2**20:12.1f}" for c in cats))
+        lines += comparison_lines(m.label, estimate_for(m.recipe_obj), m, 34)
     return "\n".join(lines)
 
 

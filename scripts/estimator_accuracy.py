@@ -21,42 +21,16 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from course_utils.estimate import (  # noqa: E402
-    CATEGORIES,
-    MiB,
+    comparison_header,
+    comparison_lines,
     estimate,
+    percent_error,
     measured_step_has_padding,
     measurement_method,
     tiny_check_recipes,
 )
 
-SHORT = {"parameters": "params", "gradients": "grads", "optimizer": "optim", "activations": "activ",
-         "temporaries": "temps"}
-
-
-def percent(est: float, got: float) -> str:
-    """'+1.2%', or the difference in MiB ('+0.0M') when both are under 1 MiB."""
-    if max(est, got) < MiB:
-        return f"{(est - got) / MiB:+.1f}M"
-    return f"{100 * (est - got) / got:+.1f}%" if got else "new"
-
-
-def compare_lines(label: str, est, m) -> list[str]:
-    """Three lines: estimate, measurement, error, per category and at the peak (MiB)."""
-    cols = list(CATEGORIES) + ["peak"]
-    want = {**est.by_category, "peak": est.peak_bytes}
-    got = {**{c: m.peak_by_category.get(c, 0) for c in CATEGORIES}, "peak": m.peak_bytes}
-    return [f"{label[:W]:<{W}} est " + "".join(f"{want[c] / MiB:10.1f}" for c in cols),
-            f"{'':<{W}} meas" + "".join(f"{got[c] / MiB:10.1f}" for c in cols),
-            f"{'':<{W}} err " + "".join(f"{percent(want[c], got[c]):>10}" for c in cols)]
-
-
 W = 56  # width of the run column
-
-
-def header() -> str:
-    """Column names and units."""
-    return f"{'run':<{W}}     " + "".join(f"{SHORT.get(c, c):>10}" for c in list(CATEGORIES) + ["peak"]) + \
-        f"\n{'':<{W}}     " + "".join(f"{'(MiB)':>10}" for _ in range(6))
 
 
 def peak_error(est, m) -> float:
@@ -72,7 +46,7 @@ def notes_for(m, est, padded_est) -> list[str]:
                      f"packing's short blocks were still in the data), so attention got a mask and k/v were repeated "
                      f"to every head in the recomputed layer; the estimate for full batches misses by "
                      f"{peak_error(est, m):+.2f}% at the peak "
-                     f"({percent(est.by_category['temporaries'], cats.get('temporaries', 0))} in temporaries); "
+                     f"({percent_error(est.by_category['temporaries'], cats.get('temporaries', 0))} in temporaries); "
                      f"with padded=True it is {peak_error(padded_est, m):+.2f}%")
     if "optimizer step" in est.moment:
         notes.append("the peak is the optimizer step: temporaries are torch AdamW's sqrt(exp_avg_sq), one more "
@@ -96,14 +70,14 @@ def gpu_part() -> list[tuple[str, float]]:
     print(f"GPU reference runs ({env['device']}, {refs[0].date[:10]}, torch {env['versions']['torch']}, "
           f"transformers {env['versions']['transformers']}, trl {env['versions']['trl']}) "
           "against the estimate for a bf16 GPU:\n")
-    print(header())
+    print(comparison_header(W))
     errors, notes = [], []
     for m in refs:
         est = estimate(m.recipe_obj, hardware="gpu")
         padded = measured_step_has_padding(m.recipe_obj, method=measurement_method(m))
         padded_est = estimate(m.recipe_obj, hardware="gpu", padded=True) if padded else None
         label = f"{m.recipe['model']}: {m.label}"
-        print("\n".join(compare_lines(label, est, m)))
+        print("\n".join(comparison_lines(label, est, m, W)))
         errors.append((label, peak_error(est, m)))
         notes += [f"- {label}: {n}." for n in notes_for(m, est, padded_est)]
     print("\nNotes:\n" + "\n".join(notes))
@@ -118,14 +92,14 @@ def cpu_part() -> list[tuple[str, float]]:
 
     hf_logging.disable_progress_bar()  # "Loading weights" for every run
     print("\nTiny model on this CPU, measured in-process (run_here), against the estimate for a CPU:\n")
-    print(header())
+    print(comparison_header(W))
     errors = []
     for recipe in tiny_check_recipes():
         t = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # the trainer's progress lines
             m = run_here(recipe)
         est = estimate(recipe, hardware="cpu")
-        print("\n".join(compare_lines(f"tiny: {recipe.label} ({time.perf_counter() - t:.0f} s)", est, m)))
+        print("\n".join(comparison_lines(f"tiny: {recipe.label} ({time.perf_counter() - t:.0f} s)", est, m, W)))
         errors.append((recipe.label, peak_error(est, m)))
     return errors
 

@@ -17,6 +17,9 @@ _warnings.filterwarnings("ignore", category=UserWarning, message=r"Could not rea
 _warnings.filterwarnings("ignore", message=r"'pin_memory' argument is set as true but no accelerator.*")
 # build() records this one as a note on the measurement instead
 _warnings.filterwarnings("ignore", message=r"Paged optimizers are not supported on CPU.*", category=UserWarning)
+# trl 1.x deprecates use_liger_kernel in favour of Hub kernels, which need a download; offline,
+# Liger is the maintained kernel library we can use (trl keeps only Liger's layer kernels)
+_warnings.filterwarnings("ignore", message=r"`use_liger_kernel=True` is deprecated.*", category=FutureWarning)
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]

@@ -40,6 +40,13 @@ def torch_dtype(precision: str, full_finetune: bool):
 def check_hardware(recipe: Recipe) -> str:
     """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
     precision = resolve_precision(recipe.precision)
+    if recipe.liger_kernels:
+        usable, why = liger_status()
+        if not usable:
+            raise HardwareError(
+                f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
+                "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
+            )
     if recipe.uses_bitsandbytes:
         usable, why = bitsandbytes_status()
         if not usable:
@@ -50,6 +57,57 @@ def check_hardware(recipe: Recipe) -> str:
                 "and optimizer='adamw_torch'."
             )
     return precision
+
+
+def liger_status() -> tuple[bool, str]:
+    """(usable, why not): Liger kernels need liger-kernel, Triton and a CUDA GPU."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "there is no CUDA GPU (Triton kernels)"
+    if importlib.util.find_spec("liger_kernel") is None:
+        return False, "liger-kernel is not installed (pip install liger-kernel)"
+    return True, ""
+
+
+def offload_input_embeddings(model) -> str | None:
+    """Keep the (frozen) input embedding table in CPU memory: each step looks its tokens up there and
+    sends only the looked-up rows to the GPU. The table is never needed whole on the GPU: a step
+    reads micro_batch x sequence rows of it (for Llama-3.1-8B, 4 MiB of its 1 GiB).
+
+    The output is detached: the table does not train, and with non-reentrant checkpointing no
+    layer needs its input to require a gradient. Returns a note, or None when there is nothing to
+    move (the model already runs on the CPU)."""
+    import torch
+
+    embedding = model.get_input_embeddings()
+    device = embedding.weight.device
+    if device.type == "cpu":
+        return None
+    if embedding.weight.requires_grad:
+        raise RecipeError("offload_embeddings=True needs a frozen embedding table (LoRA or QLoRA), "
+                          "not a full fine-tune, which trains it. Set offload_embeddings=False.")
+    embedding.to("cpu")
+
+    def to_cpu(module, args):
+        return (args[0].to("cpu"),) + tuple(args[1:])
+
+    def to_device(module, args, output):
+        return output.detach().to(device)
+
+    embedding.register_forward_pre_hook(to_cpu)
+    embedding.register_forward_hook(to_device)
+    # the model now spans two devices: tell the Trainer and accelerate not to move it back whole
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    device_map = dict(getattr(inner, "hf_device_map", None) or {"": str(device)})
+    for name, module in inner.named_modules():
+        if module is embedding:
+            device_map[name] = "cpu"
+    inner.hf_device_map = device_map
+    gib = embedding.weight.numel() * embedding.weight.element_size() / 2**30
+    return f"input embedding table ({gib:.2f} GiB) kept in CPU memory; the looked-up rows go to the GPU"
 
 
 def quantization_config(recipe: Recipe, precision: str):
@@ -161,6 +219,8 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         dataloader_pin_memory=not on_cpu,
         disable_tqdm=True,
         use_cpu=on_cpu,
+        use_liger_kernel=recipe.liger_kernels,
+        torch_compile=recipe.torch_compile,
     )
 
 
@@ -213,6 +273,9 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         )
         notes.append("prepare_model_for_kbit_training upcast the non-quantized weights to fp32")
 
+    if recipe.offload_embeddings and not recipe.uses_lora:
+        raise RecipeError("offload_embeddings=True needs a frozen embedding table (LoRA or QLoRA), not a full "
+                          "fine-tune, which trains it. Set offload_embeddings=False or lora_r=16.")
     if recipe.uses_lora:
         check_lora_targets(model, recipe.lora_targets)
         set_seed(recipe.seed)  # LoRA's initial weights come from the global generator
@@ -249,6 +312,11 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
             if p.requires_grad and p.dtype == torch.bfloat16:
                 p.data = p.data.float()
         notes.append("LoRA weights kept in fp32 (trl casts them to bf16 on 4-bit models)")
+    if recipe.offload_embeddings:
+        note = offload_input_embeddings(trainer.model)
+        notes.append(note or "offload_embeddings: the model already runs on the CPU, so the table stays where it is")
+    if recipe.liger_kernels:
+        notes.append("Liger kernels for RMSNorm, SwiGLU and RoPE (trl keeps its own fused, chunked loss)")
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
     return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
                  trainer=trainer, notes=notes)

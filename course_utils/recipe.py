@@ -20,6 +20,11 @@ BNB_OPTIMIZERS_PREFIXES = ("paged_", "adamw_8bit", "adamw_bnb", "lion_", "ademam
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
+# Fields added after reference results were shipped: at their defaults they are left out of a
+# recipe's key, so the keys (and the stored measurements) of older recipes stay valid.
+LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False}
+
+
 class RecipeError(ValueError):
     """A recipe knob has a value that cannot work; the message says which and what to do."""
 
@@ -46,6 +51,10 @@ class Recipe:
     learning_rate: float = 2e-4
     seed: int = 0
     prepare_kbit: bool = True  # call peft's prepare_model_for_kbit_training on 4-bit models
+    # --- beyond the source chapter (notebook 08) ---
+    offload_embeddings: bool = False  # keep the input embedding table in CPU memory and look tokens up there
+    liger_kernels: bool = False  # Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)
+    torch_compile: bool = False  # compile the model with torch.compile (the Trainer's torch_compile)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -96,6 +105,9 @@ class Recipe:
         """Stable 12-hex-digit hash of every field that changes the measurement (not the label)."""
         d = self.to_dict()
         d.pop("label")
+        for name, default in LATER_FIELDS.items():  # fields added later leave older keys unchanged
+            if d[name] == default:
+                d.pop(name)
         for name in ("learning_rate", "lora_dropout"):  # 1 and 1.0 are the same recipe
             d[name] = float(d[name])
         blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
@@ -123,6 +135,14 @@ class Recipe:
         parts.append(f"{self.micro_batch}x{self.grad_accum}")
         parts.append(self.optimizer)
         parts.append(f"seq {self.max_seq_length}")
+        if self.load_in_4bit and not self.prepare_kbit:
+            parts.append("no fp32 upcast")
+        if self.offload_embeddings:
+            parts.append("embeddings on CPU")
+        if self.liger_kernels:
+            parts.append("Liger")
+        if self.torch_compile:
+            parts.append("compiled")
         return ", ".join(parts)
 
     @property

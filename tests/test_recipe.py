@@ -37,6 +37,9 @@ KNOB_CHANGES = {
     "learning_rate": 1e-3,
     "seed": 1,
     "prepare_kbit": False,
+    "offload_embeddings": True,
+    "liger_kernels": True,
+    "torch_compile": True,
 }
 
 

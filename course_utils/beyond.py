@@ -67,6 +67,12 @@ def fast(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
                                       label="fast recipe (16x1)")
 
 
+def fast_low_memory(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
+    """The fast recipe with the embeddings and, through trl, the saved activations in CPU memory."""
+    return fast(model, steps).with_(offload_embeddings=True, offload_activations=True,
+                                    label="fast, embeddings + activations on CPU (16x1)")
+
+
 # ---------------------------------------------------------------------------------------------
 # the side-by-side table
 # ---------------------------------------------------------------------------------------------

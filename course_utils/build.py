@@ -47,6 +47,12 @@ def check_hardware(recipe: Recipe) -> str:
                 f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
                 "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
             )
+    if recipe.offload_activations and device_type() != "cuda":
+        raise HardwareError(
+            "offload_activations=True moves saved activations from the GPU to CPU memory and back; "
+            f"this machine trains on {device_type()}, where they are in CPU memory already. "
+            "Set offload_activations=False here."
+        )
     if recipe.uses_bitsandbytes:
         usable, why = bitsandbytes_status()
         if not usable:
@@ -83,6 +89,10 @@ def offload_input_embeddings(model) -> str | None:
     import torch
 
     embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is embedding.weight:
+        raise RecipeError("offload_embeddings=True needs separate input and output embeddings; this model ties "
+                          "them, and the output layer needs the whole table on the GPU. Set offload_embeddings=False.")
     device = embedding.weight.device
     if device.type == "cpu":
         return None
@@ -221,6 +231,7 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         use_cpu=on_cpu,
         use_liger_kernel=recipe.liger_kernels,
         torch_compile=recipe.torch_compile,
+        activation_offloading=recipe.offload_activations,
     )
 
 

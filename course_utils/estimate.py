@@ -435,8 +435,12 @@ def parameter_terms(x: Setup) -> list[Term]:
                               f"{s.layers} layers x {i} x {o} x {d.weight} B"))
     upcast = recipe.load_in_4bit and d.kept == 4 and d.weight != 4
     kept = x.dtype(d.kept) + (", upcast by prepare_model_for_kbit_training" if upcast else "")
-    terms.append(Term("parameters", f"embed_tokens{', tied to lm_head' if s.tied else ''} ({kept})",
-                      s.embed_params * d.kept, f"{s.vocab} x {s.hidden} x {d.kept} B"))
+    if recipe.offload_embeddings and x.hardware.device == "cuda" and not s.tied:
+        terms.append(Term("parameters", f"embed_tokens ({kept}): in CPU memory (offload_embeddings)", 0,
+                          f"{s.vocab} x {s.hidden} x {d.kept} B off the GPU"))
+    else:
+        terms.append(Term("parameters", f"embed_tokens{', tied to lm_head' if s.tied else ''} ({kept})",
+                          s.embed_params * d.kept, f"{s.vocab} x {s.hidden} x {d.kept} B"))
     if s.lm_head_params:
         terms.append(Term("parameters", f"lm_head ({kept})", s.lm_head_params * d.kept,
                           f"{s.vocab} x {s.hidden} x {d.kept} B"))
@@ -541,15 +545,27 @@ def layer_pieces(x: Setup, first_layer: bool = False) -> list[Piece]:
     """What one decoder layer keeps for backward, per token (first_layer: LoRA's layer 0, whose input needs no grad)."""
     h, i, c = x.shapes.hidden, x.shapes.intermediate, x.dtypes.compute
     norms = 1 if first_layer else 2
-    out = [Piece("RMSNorm inputs in fp32 + rsqrt", norms * (4 * h + 4), f"{norms} x (4 B x {h} + 4 B)")]
+    out = [norm_piece(x, norms)]
     if x.full_ft:
         r = x.dtypes.residual
         out.append(Piece("RMSNorm normalized values (the norm weights train)", 2 * r * h, f"2 x {r} B x {h}"))
     out.append(attention_piece(x))
     out.extend(full_ft_linear_inputs(x) if x.full_ft else [lora_piece(x, first_layer)])
     mlp = c if x.full_ft else x.dtypes.mlp
-    out.append(Piece(f"MLP gate, up and silu outputs ({x.dtype(mlp)})", 3 * i * mlp, f"3 x {i} x {mlp} B"))
+    if x.recipe.liger_kernels:  # Liger's SwiGLU keeps gate and up, and recomputes silu in its backward
+        out.append(Piece(f"MLP gate and up outputs ({x.dtype(mlp)}; Liger SwiGLU)", 2 * i * mlp, f"2 x {i} x {mlp} B"))
+    else:
+        out.append(Piece(f"MLP gate, up and silu outputs ({x.dtype(mlp)})", 3 * i * mlp, f"3 x {i} x {mlp} B"))
     return out
+
+
+def norm_piece(x: Setup, norms: int) -> Piece:
+    """What RMSNorm keeps: an fp32 copy of its input and rsqrt; Liger's kernel keeps the input as it is."""
+    h = x.shapes.hidden
+    if x.recipe.liger_kernels:
+        r = x.dtypes.residual
+        return Piece(f"RMSNorm inputs ({x.dtype(r)}, Liger) + rsqrt", norms * (r * h + 4), f"{norms} x ({r} B x {h} + 4 B)")
+    return Piece("RMSNorm inputs in fp32 + rsqrt", norms * (4 * h + 4), f"{norms} x (4 B x {h} + 4 B)")
 
 
 def attention_piece(x: Setup) -> Piece:
@@ -644,8 +660,8 @@ def head_activation_terms(x: Setup) -> list[Term]:
     """What the final norm, the rotary tables and the fused loss keep (outside the layers)."""
     recipe, d, h = x.recipe, x.dtypes, x.shapes.hidden
     B, S, T, N = recipe.micro_batch, recipe.max_seq_length, x.tokens, x.scored
-    terms = [Term("activations", "final RMSNorm input in fp32 + rsqrt", T * (4 * h + 4),
-                  f"{T} tokens x (4 B x {h} + 4 B)")]
+    final = norm_piece(x, 1)
+    terms = [Term("activations", "final " + final.name, T * final.per_token, f"{T} tokens x {final.arithmetic}")]
     if x.full_ft:
         terms.append(Term("activations", "final RMSNorm normalized values", T * h * d.residual,
                           f"{T} x {h} x {d.residual} B"))
@@ -727,15 +743,19 @@ def layer_backward_temporaries(x: Setup) -> list[Term]:
     terms = []
     if x.recipe.gradient_checkpointing:
         per_token = per_layer_bytes(layer_pieces(x))
-        if d.residual == 4:  # the first norm keeps the checkpointed input itself, not a new fp32 copy
-            per_token -= 4 * h
+        if d.residual == 4 or x.recipe.liger_kernels:  # the first norm keeps the checkpointed input itself
+            per_token -= d.residual * h
         copies = autocast_weight_copies(x)
         extra = f" + {copies:,} B of autocast weight copies" if copies else ""
         terms.append(Term("temporaries", "last layer recomputed (checkpointing)", T * per_token + copies,
                           f"{T} tokens x {per_token:,} B{extra}"))
     mlp = d.compute if x.full_ft else d.mlp
-    terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate, up",
-                      T * (h * d.residual + 3 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 3 x {i} x {mlp}) B"))
+    if x.recipe.liger_kernels:  # Liger's SwiGLU backward writes the gate and up gradients over its inputs
+        terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate/up (Liger)",
+                          T * (h * d.residual + 2 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 2 x {i} x {mlp}) B"))
+    else:
+        terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate, up",
+                          T * (h * d.residual + 3 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 3 x {i} x {mlp}) B"))
     return terms
 
 
@@ -813,6 +833,9 @@ def estimate_notes(x: Setup) -> list[str]:
                      "attention): the math kernel keeps [heads x seq x seq] probabilities per layer.")
     if not x.padded:
         notes.append("assumes full (unpadded) micro-batches; a padded one adds a mask and repeated k/v per layer.")
+    if x.recipe.offload_activations:
+        notes.append("activation offloading is not modelled: the activations are counted as if on the GPU "
+                     "(an upper bound).")
     return notes
 
 

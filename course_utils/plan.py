@@ -56,19 +56,77 @@ def needed_bytes(e: Estimate) -> int:
     return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
 
 
-def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16") -> list[Recipe]:
-    """The grid the planner searches: every combination of the chapter's techniques."""
+# Beyond the chapter (notebook 08): for 4-bit recipes, no fp32 upcast, then embeddings on CPU and
+# Liger kernels. Liger is offered on CUDA GPUs with bf16 only: it was measured on an H200, not a T4.
+TUNINGS = ({}, {"prepare_kbit": False}, {"prepare_kbit": False, "offload_embeddings": True},
+           {"prepare_kbit": False, "liger_kernels": True},
+           {"prepare_kbit": False, "offload_embeddings": True, "liger_kernels": True})
+TUNING_KNOBS = ("prepare_kbit", "offload_embeddings", "liger_kernels")
+
+
+def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned: bool = True) -> list[Recipe]:
+    """The grid the planner searches: every combination of the chapter's techniques, and for 4-bit
+    recipes the changes of notebook 08 (tuned=False leaves those out)."""
     out = []
     for four_bit in (True, False):
         for lora_r in ((16,) if four_bit else (16, None)):
             for ckpt in (True, False):
                 for mb in MICRO_BATCHES:
                     for opt in OPTIMIZERS:
-                        out.append(Recipe(model=model, load_in_4bit=four_bit, lora_r=lora_r,
-                                          lora_targets=DEFAULT_TARGETS, precision=precision,
-                                          gradient_checkpointing=ckpt, micro_batch=mb, grad_accum=EFFECTIVE_BATCH // mb,
-                                          optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1))
+                        base = Recipe(model=model, load_in_4bit=four_bit, lora_r=lora_r,
+                                      lora_targets=DEFAULT_TARGETS, precision=precision,
+                                      gradient_checkpointing=ckpt, micro_batch=mb, grad_accum=EFFECTIVE_BATCH // mb,
+                                      optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1)
+                        out.append(base)
+                        if four_bit and tuned:
+                            out += [base.with_(**t) for t in TUNINGS[1:]
+                                    if precision == "bf16" or not t.get("liger_kernels")]
     return out
+
+
+def is_tuned(r: Recipe) -> bool:
+    """True when a recipe uses a change beyond the chapter's techniques."""
+    return (r.load_in_4bit and not r.prepare_kbit) or r.offload_embeddings or r.liger_kernels \
+        or r.torch_compile or r.offload_activations
+
+
+def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
+    """Tokens/s factor of a recipe's beyond-the-chapter changes over the same recipe without them: for each
+    change, the ratio of two measured runs that differ only in it (any optimizer), at the nearest measured
+    micro-batch."""
+    runs = [(m.recipe_obj, m.tokens_per_s) for m in refs if m.recipe["model"] == recipe.model]
+    factor, parts = 1.0, []
+    current = recipe
+    for knob in reversed(TUNING_KNOBS):
+        default = knob == "prepare_kbit"
+        if getattr(current, knob) == default:
+            continue
+        before = current.with_(**{knob: default})
+        pairs = []
+        for r2, t2 in runs:
+            if getattr(r2, knob) == default or not _same_apart_from_batching(r2.with_(**{knob: default}), before):
+                continue
+            for r1, t1 in runs:
+                if r1.micro_batch == r2.micro_batch and same_setup(r1, r2.with_(**{knob: default})):
+                    pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), t2 / t1, r1.micro_batch))
+        if pairs:
+            _, ratio, mb = min(pairs)
+            factor *= ratio
+            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {mb})")
+        else:
+            parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
+        current = before
+    return factor, parts
+
+
+def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
+    """Same setup once micro-batch, accumulation and optimizer are set aside."""
+    neutral = dict(micro_batch=1, grad_accum=1, optimizer="adamw_torch")
+    return same_setup(a.with_(**neutral), b.with_(**neutral))
+
+
+_TUNING_SHORT = {"prepare_kbit": "no fp32 upcast", "offload_embeddings": "embeddings on CPU",
+                 "liger_kernels": "Liger"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +209,12 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
     exact = next((m for m in usable if same_setup(m.recipe_obj, recipe)), None)
     if exact is not None:
         return Speed(exact.tokens_per_s, f"measured ({exact.label})", True)
+    if is_tuned(recipe):  # the same recipe without the changes, times their measured factors
+        factor, parts = tuning_factor(recipe, usable)
+        plain = recipe.with_(**{k: k == "prepare_kbit" for k in TUNING_KNOBS})
+        base = speed_of(plain, [m for m in usable if not is_tuned(m.recipe_obj)])
+        return Speed(base.tokens_per_s * factor, f"{base.basis} without the changes; " + "; ".join(parts), False)
+    usable = [m for m in usable if not is_tuned(m.recipe_obj)]
     pool = [m for m in usable if m.recipe["model"] == recipe.model and m.recipe["precision"] == "bf16"]
     scale, via = 1.0, ""
     if not pool:
@@ -185,7 +249,7 @@ def _speed_model_refs() -> list:
     from .results import reference_results
 
     return [m for m in reference_results() if m.fits and m.tokens_per_s and m.recipe["model"] == SPEED_MODEL
-            and m.recipe["precision"] == "bf16"]
+            and m.recipe["precision"] == "bf16" and not is_tuned(m.recipe_obj)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +347,7 @@ class Plan:
 def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardware: str = "gpu",
          references: list | None = None) -> Plan:
     """Estimate every candidate recipe for `model`, mark what fits `budget`, and attach each one's speed."""
-    from .results import reference_results
+    from .results import all_reference_results
 
     hw = get_hardware(hardware)
     if budget is None:
@@ -291,7 +355,7 @@ def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardwar
             raise BudgetError(f"Give a budget (e.g. 16GiB); {hw.name} has no fixed memory size.")
         budget = int(hw.memory_gib * GiB)
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    refs = reference_results() if references is None else references
+    refs = all_reference_results() if references is None else references
     rows = []
     for recipe in candidate_recipes(model, seq, precision=hw.auto_precision):
         e = estimate(recipe, hardware=hw)

@@ -22,7 +22,8 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 # Fields added after reference results were shipped: at their defaults they are left out of a
 # recipe's key, so the keys (and the stored measurements) of older recipes stay valid.
-LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False}
+LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False,
+                "offload_activations": False}
 
 
 class RecipeError(ValueError):
@@ -55,6 +56,7 @@ class Recipe:
     offload_embeddings: bool = False  # keep the input embedding table in CPU memory and look tokens up there
     liger_kernels: bool = False  # Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)
     torch_compile: bool = False  # compile the model with torch.compile (the Trainer's torch_compile)
+    offload_activations: bool = False  # trl's activation offloading: saved activations wait in CPU memory (CUDA only)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -143,6 +145,8 @@ class Recipe:
             parts.append("Liger")
         if self.torch_compile:
             parts.append("compiled")
+        if self.offload_activations:
+            parts.append("activations on CPU")
         return ", ".join(parts)
 
     @property

@@ -179,6 +179,19 @@ def reference_results(name: str | None = None) -> list[Measurement]:
     return out
 
 
+def all_reference_results() -> list[Measurement]:
+    """The chapter's reference runs and those of notebook 08 (reference/beyond/), together."""
+    out = reference_results()
+    folder = resources.files("course_utils") / "reference" / "beyond"
+    if folder.is_dir():
+        for item in sorted(folder.iterdir(), key=lambda p: p.name):
+            if item.name.endswith(".jsonl"):
+                for m in ResultStore(Path(str(item))).load():
+                    m.source = f"reference: beyond/{item.name}"
+                    out.append(m)
+    return out
+
+
 def summary_row(m: Measurement) -> dict[str, Any]:
     """The table row of a measurement: MiB per category, tokens/s, final loss."""
     row: dict[str, Any] = {"recipe": m.label}

@@ -30,8 +30,8 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
     lean, fast = beyond.lean(model, steps), beyond.fast(model, steps)
     if name == "final":
         return path + [lean, fast]
-    if name == "curves":  # only the three whose loss curves are compared
-        return [path[0], lean, fast]
+    if name == "curves":  # the recipes whose loss curves are compared
+        return [path[0], lean, fast, beyond.fast_low_memory(model, steps)]
     if name == "explore":
         no_upcast = path[1]
         return path + [
@@ -97,11 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     src = next((m for m in done if m.label.startswith("source")), None)
     lean = next((m for m in done if m.label.startswith("lean recipe")), None)
     fast = next((m for m in done if m.label.startswith("fast recipe")), None)
+    others = [m for m in done if m.label.startswith("fast,")]
     print()
     for target, value, ok in beyond.target_checks(src, lean, fast):
         print(f"  {'MET ' if ok else 'MISSED'}  {target:<36}{value}")
     if src is not None:
-        for other in (lean, fast):
+        for other in [lean, fast] + others:
             if other is not None and len(other.losses) > 2:
                 a = beyond.loss_agreement(src, other)
                 print(f"  loss, {other.label} vs source over {a['steps']} steps: largest gap {a['max_gap']:.4f}, "

@@ -42,8 +42,8 @@ def recipes_to_check(model: str, budget: int, seq: int, hardware: str) -> list[t
 def report_line(role: str, recipe: Recipe, m, hardware: str, budget: int) -> str:
     """One row: role, recipe, estimate, measured peaks, tokens/s, fits?"""
     est = estimate(recipe, hardware=hardware).peak_bytes / GiB
-    name = short_name(recipe) + ("" if recipe.prepare_kbit else ", no kbit upcast")
-    head = f"  {role:<31}{name:<62}{est:9.2f}"
+    name = short_name(recipe)
+    head = f"  {role:<31}{name:<100}{est:9.2f}"
     if m is None:
         return head
     if not m.fits:
@@ -79,8 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     from course_utils.results import ResultStore
 
     store = ResultStore(args.out)
-    print(f"{'':<33}{'recipe':<62}{'estimate':>9}{'tracked':>9}{'allocated':>10}{'reserved':>10}{'tokens/s':>10}")
-    print(f"{'':<33}{'':<62}{'(GiB)':>9}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>10}")
+    print(f"{'':<33}{'recipe':<100}{'estimate':>9}{'tracked':>9}{'allocated':>10}{'reserved':>10}{'tokens/s':>10}")
+    print(f"{'':<33}{'':<100}{'(GiB)':>9}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>10}")
     for budget in budgets:
         print(f"budget {budget / GiB:.2f} GiB on {hw.short}, {args.model}, sequence {args.seq}:")
         for role, recipe in recipes_to_check(args.model, budget, args.seq, args.hardware):

@@ -40,6 +40,7 @@ KNOB_CHANGES = {
     "offload_embeddings": True,
     "liger_kernels": True,
     "torch_compile": True,
+    "offload_activations": True,
 }
 
 

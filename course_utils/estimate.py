@@ -32,7 +32,6 @@ a padded micro-batch.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 from dataclasses import dataclass, field
@@ -839,78 +838,6 @@ def estimate_notes(x: Setup) -> list[str]:
     return notes
 
 
-# ---------------------------------------------------------------------------------------------
-# forensics: did a measured step meet a padded micro-batch?
-# ---------------------------------------------------------------------------------------------
-FIRST_METHOD_WITHOUT_PADDING = 3  # since measurement method 3, build() drops packing's short blocks
-
-
-def measurement_method(m) -> int:
-    """The measurement method a stored Measurement was made with (runs that predate the field: 2)."""
-    return int(m.env.get("versions", {}).get("measurement_method", 2))
-
-
-def measured_step_has_padding(recipe: Recipe, method: int | None = None) -> bool:
-    """Whether the step `measure` tracked for this recipe met a padded micro-batch.
-
-    Up to measurement method 2, 'wrapped' packing left one short block per 1,000 records, and a
-    micro-batch of several rows holding one was padded, so attention got a mask. Since method 3
-    build() drops those blocks. The tiny model and the presets train on the shipped data in a fixed
-    order, so this replays that order (data only, no training).
-    """
-    from . import MEASUREMENT_METHOD
-    from .models import TINY, is_preset
-
-    method = MEASUREMENT_METHOD if method is None else method
-    if method >= FIRST_METHOD_WITHOUT_PADDING or recipe.micro_batch == 1:
-        return False  # no short blocks; and one row is never padded (it is its own length)
-    if not (recipe.model == TINY or is_preset(recipe.model)):
-        return False  # other data is unknown here
-    first = recipe.warmup_steps * recipe.grad_accum
-    flags = padded_micro_batches(recipe.micro_batch, recipe.max_seq_length, recipe.seed, first + recipe.grad_accum)
-    tracked = flags[first:]
-    return any(tracked[1:] if recipe.grad_accum > 1 else tracked)  # the peak is in a micro-batch with gradients
-
-
-@contextlib.contextmanager
-def _quiet_progress():
-    """No progress bars from transformers and datasets inside this block."""
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        datasets.enable_progress_bars()
-        hf_logging.enable_progress_bar()
-
-
-@functools.lru_cache(maxsize=64)
-def padded_micro_batches(micro_batch: int, max_seq_length: int, seed: int, count: int) -> tuple[bool, ...]:
-    """The first `count` micro-batches of the shipped data as packed up to method 2: does each have padding?"""
-    import tempfile
-
-    from .build import build, training_dataset
-
-    probe = Recipe(model="tiny", micro_batch=micro_batch, max_seq_length=max_seq_length, seed=seed,
-                   steps=2, warmup_steps=0)
-    flags: list[bool] = []
-    with tempfile.TemporaryDirectory(prefix="course-padding-") as tmp, _quiet_progress():
-        trainer = build(probe, output_dir=tmp).trainer
-        # re-pack without build()'s filter, as the older measurements were packed (short blocks kept)
-        trainer.train_dataset = trainer._prepare_dataset(training_dataset(probe), trainer.processing_class,
-                                                         trainer.args, True, None, "train")
-        loader = trainer.get_train_dataloader()
-        for epoch in range(1 + count):
-            if hasattr(loader, "set_epoch"):
-                loader.set_epoch(epoch)
-            for batch in loader:
-                mask = batch.get("attention_mask")
-                flags.append(mask is not None and bool((mask == 0).any()))
-                if len(flags) == count:
-                    return tuple(flags)
     return tuple(flags)
 
 

@@ -209,6 +209,9 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
     exact = next((m for m in usable if same_setup(m.recipe_obj, recipe)), None)
     if exact is not None:
         return Speed(exact.tokens_per_s, f"measured ({exact.label})", True)
+    twin = next((m for m in usable if same_setup(m.recipe_obj.with_(optimizer=recipe.optimizer), recipe)), None)
+    if twin is not None:  # the optimizers' speeds differ by less than the run-to-run noise (see the model below)
+        return Speed(twin.tokens_per_s, f"measured with {twin.recipe['optimizer']} ({twin.label})", False)
     if is_tuned(recipe):  # the same recipe without the changes, times their measured factors
         factor, parts = tuning_factor(recipe, usable)
         plain = recipe.with_(**{k: k == "prepare_kbit" for k in TUNING_KNOBS})
@@ -389,9 +392,9 @@ CUDA_CONTEXT_GIB = 0.5  # the part of MARGIN_GIB for the CUDA context, which max
 
 def margin_calibration(references: list | None = None) -> list[MarginCheck]:
     """For each reference run with CUDA counters: estimate, allocated, reserved, and what the rule sets aside."""
-    from .results import reference_results
+    from .results import all_reference_results
 
-    refs = reference_results() if references is None else references
+    refs = all_reference_results() if references is None else references
     out = []
     for m in refs:
         if m.fits and m.cuda_max_reserved:

@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="results file (JSON lines)")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps per run (1 warm-up, 1 tracked)")
     parser.add_argument("--first", type=int, default=None, help="only the first N recipes of the set")
+    parser.add_argument("--only", action="append", default=None, help="only the recipe with this label (repeatable)")
     args = parser.parse_args()
 
     import torch
@@ -66,6 +67,13 @@ def main() -> int:
     print("random-weight checkpoint:", preset_path(args.set), f"({time.perf_counter() - t:.0f} s)", flush=True)
     store = ResultStore(args.out)
     recipes = SETS[args.set](args.steps)[: args.first]
+    if args.only:
+        unknown = set(args.only) - {r.label for r in recipes}
+        if unknown:
+            print(f"no recipe labelled {sorted(unknown)} in set {args.set}; labels: {[r.label for r in recipes]}",
+                  file=sys.stderr)
+            return 2
+        recipes = [r for r in recipes if r.label in args.only]
     done = []
     for recipe in recipes:
         t = time.perf_counter()

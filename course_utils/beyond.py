@@ -74,6 +74,83 @@ def fast_low_memory(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
 
 
 # ---------------------------------------------------------------------------------------------
+# the same changes on this machine (notebook 08)
+# ---------------------------------------------------------------------------------------------
+def path_here(model: str) -> list[Recipe]:
+    """Notebook 08's recipes on this machine: the source recipe, each change, the lean and the fast recipe,
+    and the fast one with activations on CPU too.
+
+    On a CPU (the embedded tiny model) the source recipe is scaled down: 1 x 8 x 256 tokens, 5 steps,
+    learning rate 1e-3, in bf16 where the CPU has it (else fp32, where there is no upcast to remove).
+    Lean is 2 x 4 and fast 8 x 1 there: the same tokens per optimizer step.
+    """
+    from .hardware import bf16_supported, device_type
+
+    if device_type() == "cpu":
+        src = source_chapter_recipe(model).with_(
+            grad_accum=8, max_seq_length=256, steps=5, warmup_steps=1, learning_rate=1e-3,
+            precision="bf16" if bf16_supported() else "fp32", label="source recipe (1x8)")
+        effective = 8
+    else:
+        src, effective = source(model), 16
+    steps = [src]
+    for label, change in (("+ no fp32 upcast", {"prepare_kbit": False}),
+                          ("+ embeddings on CPU", {"offload_embeddings": True}),
+                          ("+ Liger kernels", {"liger_kernels": True})):
+        steps.append(steps[-1].with_(**change, label=label))
+    lean_mb = effective // 4
+    steps.append(steps[-1].with_(micro_batch=lean_mb, grad_accum=effective // lean_mb,
+                                 label=f"lean recipe ({lean_mb}x{effective // lean_mb})"))
+    fast_r = src.with_(prepare_kbit=False, liger_kernels=True, micro_batch=effective, grad_accum=1,
+                       label=f"fast recipe ({effective}x1)")
+    steps.append(fast_r)
+    steps.append(fast_r.with_(offload_embeddings=True, offload_activations=True,
+                              label=f"fast, embeddings + activations on CPU ({effective}x1)"))
+    return steps
+
+
+def why_not_here(recipe: Recipe) -> str | None:
+    """Why this machine cannot run `recipe` (a CUDA-only change, a tied embedding table), or None."""
+    from .build import check_hardware
+    from .estimate import model_shapes
+    from .hardware import HardwareError
+
+    try:
+        check_hardware(recipe)
+    except HardwareError as error:
+        return str(error)
+    if recipe.offload_embeddings and model_shapes(recipe.model).tied:
+        return "this model ties its input and output embeddings, and the output layer needs the table on the GPU"
+    return None
+
+
+def run_path(model: str, *, store=None, progress: bool = True) -> tuple[list, dict[int, str]]:
+    """Measure path_here(model): (measurements, {position: why skipped}). A change this machine cannot
+    make is skipped, and the recipes after it are measured without it (its knob turned off)."""
+    from tqdm.auto import tqdm
+
+    from .measure import measure
+
+    results, skipped = [], {}
+    dropped: dict = {}
+    recipes = path_here(model)
+    for i, recipe in enumerate(tqdm(recipes, desc="beyond the recipe", unit="recipe", disable=not progress)):
+        recipe = recipe.with_(**dropped, label=recipe.label)
+        why = why_not_here(recipe)
+        if why is not None:
+            skipped[i] = why
+            for knob in ("liger_kernels", "offload_activations", "offload_embeddings"):
+                if getattr(recipe, knob) and why_not_here(recipe.with_(**{knob: False})) != why:
+                    dropped[knob] = False
+            results.append(None)
+            continue
+        m = measure(recipe, store=store, progress=progress, isolate=None)
+        m.recipe["label"] = recipe.label
+        results.append(m)
+    return results, skipped
+
+
+# ---------------------------------------------------------------------------------------------
 # the side-by-side table
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -146,15 +223,39 @@ def loss_agreement(a, b) -> dict:
 # ---------------------------------------------------------------------------------------------
 # shipped data: the GPU runs and the peer figures
 # ---------------------------------------------------------------------------------------------
-def reference(model: str = "llama-3.1-8b") -> list:
-    """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship)."""
+def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
+    """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
+    20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
+    run="plan-check" scripts/check_plan.py's run of the planner's picks."""
     from .results import ResultStore
 
-    path = Path(str(resources.files("course_utils") / BEYOND_DIR / f"{model}.jsonl"))
+    name = f"{run}-{model}.jsonl" if run else f"{model}.jsonl"
+    path = Path(str(resources.files("course_utils") / BEYOND_DIR / name))
     out = ResultStore(path).load() if path.exists() else []
     for m in out:
         m.source = f"reference: beyond/{path.name}"
     return out
+
+
+def by_label(measurements: list) -> dict:
+    """{label: measurement}."""
+    return {m.label: m for m in measurements}
+
+
+def peer_comparison(ours: dict, peer: str = "unsloth") -> str:
+    """Our runs beside a peer's: `ours` maps the peer's batching ("1x16", "16x1") to our measurements to set
+    beside it. Allocated peak and tokens/s, and who is ahead on each."""
+    p = peers()[peer]
+    lines = [f"{'':<48}{'allocated':>10}{'tokens/s':>10}", f"{'':<48}{'(GiB)':>10}"]
+    for run in p["runs"]:
+        lines.append(f"{p['version'] + ', ' + run['batch']:<48}{run['peak_allocated_gib']:10.2f}{run['tokens_per_s']:10,.0f}")
+        for m in ours.get(run["batch"], []):
+            gib = m.cuda_max_allocated / GiB
+            mem = "less memory" if gib < run["peak_allocated_gib"] else "more memory"
+            speed = "faster" if m.tokens_per_s > run["tokens_per_s"] else "slower"
+            lines.append(f"  {m.label:<46}{gib:10.2f}{m.tokens_per_s:10,.0f}   {mem} "
+                         f"({gib / run['peak_allocated_gib'] - 1:+.0%}), {speed} ({m.tokens_per_s / run['tokens_per_s'] - 1:+.0%})")
+    return "\n".join(lines)
 
 
 def peers() -> dict:

@@ -56,8 +56,9 @@ def needed_bytes(e: Estimate) -> int:
     return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
 
 
-# Beyond the chapter (notebook 08): for 4-bit recipes, no fp32 upcast, then embeddings on CPU and
-# Liger kernels. Liger is offered on CUDA GPUs with bf16 only: it was measured on an H200, not a T4.
+# Beyond the chapter (notebook 08): for 4-bit recipes in bf16, no fp32 upcast, then embeddings on CPU
+# and Liger kernels. Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
+# and none of these was measured on a T4.
 TUNINGS = ({}, {"prepare_kbit": False}, {"prepare_kbit": False, "offload_embeddings": True},
            {"prepare_kbit": False, "liger_kernels": True},
            {"prepare_kbit": False, "offload_embeddings": True, "liger_kernels": True})
@@ -78,9 +79,8 @@ def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned
                                       gradient_checkpointing=ckpt, micro_batch=mb, grad_accum=EFFECTIVE_BATCH // mb,
                                       optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1)
                         out.append(base)
-                        if four_bit and tuned:
-                            out += [base.with_(**t) for t in TUNINGS[1:]
-                                    if precision == "bf16" or not t.get("liger_kernels")]
+                        if four_bit and tuned and precision == "bf16":
+                            out += [base.with_(**t) for t in TUNINGS[1:]]
     return out
 
 
@@ -402,3 +402,32 @@ def margin_calibration(references: list | None = None) -> list[MarginCheck]:
             out.append(MarginCheck(m.label, m.recipe["model"], e.peak_bytes, m.cuda_max_allocated or 0,
                                    m.cuda_max_reserved, needed_bytes(e)))
     return out
+
+
+def shipped_checks(model: str = "llama-3.1-8b") -> str:
+    """scripts/check_plan.py's GPU run, as shipped: each budget's pick measured beside the source recipe of
+    the same run (fits = reserved + the CUDA context share of the margin within the budget)."""
+    from .beyond import reference
+
+    runs = reference(model, run="plan-check")
+    if not runs:
+        return f"no planner check ships for {model}"
+    source = next(m for m in runs if m.label.startswith("source"))
+    w = max(len(short_name(m.recipe_obj)) for m in runs) + 2
+    lines = [f"{'budget':<9}{'recipe':<{w}}{'estimate':>9}{'allocated':>10}{'reserved':>9}{'tokens/s':>10}  verdict",
+             f"{'':<9}{'':<{w}}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>9}"]
+    for m in runs:
+        if m is source:
+            continue
+        budget = float(re.search(r"([\d.]+) GiB", m.label).group(1))
+        for r in (m, source):
+            reserved = r.cuda_max_reserved / GiB
+            fits = reserved + CUDA_CONTEXT_GIB <= budget
+            verdict = ("fits" if fits else "does not fit") + (
+                f", {r.tokens_per_s / source.tokens_per_s:.1f}x the source recipe" if r is m else ", source recipe")
+            lines.append(f"{budget:<9.1f}{short_name(r.recipe_obj):<{w}}{estimate(r.recipe_obj).peak_gib:9.2f}"
+                         f"{r.cuda_max_allocated / GiB:10.2f}{reserved:9.2f}{r.tokens_per_s:10,.0f}  {verdict}")
+    env = source.env
+    lines.append(f"Measured on {env['device']} ({source.date[:10]}, torch {env['versions']['torch']}), "
+                 f"in one run: `{source.command}`.")
+    return "\n".join(lines)

@@ -121,3 +121,21 @@ def memory_curves(series: dict, knob: str, ax=None, title: str | None = None):
     ax.legend(fontsize=8)
     ax.set_title(title or f"Memory against {knob.replace('_', ' ')}")
     return ax
+
+
+def loss_curves(measurements: Sequence[Measurement], ax=None, title: str = "Training loss per optimizer step"):
+    """Each run's loss per optimizer step, one line per recipe (runs that saw the same data overlap)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = ["-", "--", ":", "-."]
+    for i, m in enumerate(m for m in measurements if m.losses):
+        steps = range(1, len(m.losses) + 1)
+        ax.plot(steps, m.losses, styles[i % len(styles)], color=f"C{i}", marker="o", markersize=3, label=m.label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -1,0 +1,215 @@
+"""Notebook 08's changes: the recipe knobs, what a CPU does with them, the estimator's model of them, the
+side-by-side table and its targets, and the shipped H200 data (checked against the issue's targets)."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from course_utils import beyond
+from course_utils.recipe import LATER_FIELDS, Recipe, source_chapter_recipe
+from course_utils.results import Measurement, all_reference_results
+
+GIB = 2**30
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fake(label: str, allocated_gib: float, tokens_per_s: float, losses=(), status: str = "ok", **recipe) -> Measurement:
+    r = source_chapter_recipe("llama-3.1-8b").with_(label=label, **recipe)
+    return Measurement(recipe=r.to_dict(), recipe_key=r.key, env={"device": "test"}, env_key="e", status=status,
+                       cuda_max_allocated=int(allocated_gib * GIB), cuda_max_reserved=int(allocated_gib * GIB),
+                       tokens_per_s=tokens_per_s, losses=list(losses))
+
+
+# --- the recipe knobs ---------------------------------------------------------------------------
+def test_new_fields_leave_every_shipped_key_unchanged():
+    """Fields added after the reference runs were shipped must not change their keys (the store finds
+    measurements by key)."""
+    refs = all_reference_results()
+    assert refs
+    for m in refs:
+        assert Recipe.from_dict(m.recipe).key == m.recipe_key, m.label
+    src = source_chapter_recipe()
+    for name in LATER_FIELDS:
+        assert src.with_(**{name: True}).key != src.key, name
+
+
+def test_describe_names_each_change():
+    r = beyond.fast_low_memory()
+    text = r.describe()
+    for words in ("no fp32 upcast", "embeddings on CPU", "Liger", "activations on CPU", "16x1"):
+        assert words in text
+
+
+def test_lean_and_fast_keep_what_is_trained():
+    """Same LoRA, sequence, optimizer and tokens per optimizer step as the source recipe."""
+    src = beyond.source()
+    for r in (beyond.lean(), beyond.fast(), beyond.fast_low_memory()):
+        assert r.tokens_per_step == src.tokens_per_step == 16 * 512
+        for knob in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "max_seq_length", "optimizer",
+                     "load_in_4bit", "double_quant", "learning_rate", "seed", "precision", "gradient_checkpointing"):
+            assert getattr(r, knob) == getattr(src, knob), (r.label, knob)
+
+
+# --- on a CPU -----------------------------------------------------------------------------------
+def test_cuda_only_changes_are_refused_with_the_reason_on_a_cpu():
+    tiny = Recipe(model="tiny", load_in_4bit=True, prepare_kbit=False)
+    liger = beyond.why_not_here(tiny.with_(liger_kernels=True))
+    assert "liger_kernels=True" in liger and "CUDA" in liger and "liger_kernels=False" in liger
+    offload = beyond.why_not_here(tiny.with_(offload_activations=True))
+    assert "offload_activations=True" in offload and "offload_activations=False" in offload
+    assert beyond.why_not_here(tiny.with_(offload_embeddings=True)) is None  # it runs; the table stays put
+
+
+def test_offload_embeddings_refuses_a_full_fine_tune_and_tied_tables():
+    import torch
+
+    from course_utils.build import build, offload_input_embeddings
+    from course_utils.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match="offload_embeddings=True needs a frozen embedding table"):
+        build(Recipe(model="tiny", lora_r=None, offload_embeddings=True, steps=3, warmup_steps=1))
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+
+        def get_input_embeddings(self):
+            return self.embed
+
+        def get_output_embeddings(self):
+            return self.head
+
+    with pytest.raises(RecipeError, match="ties them"):
+        offload_input_embeddings(Tied())
+
+
+def test_run_path_skips_what_this_machine_cannot_do_and_goes_on_without_it(monkeypatch):
+    """On a CPU: Liger and activation offloading are skipped with their reasons; the recipes after
+    Liger are measured without it (nothing is measured twice, nothing measured is lost)."""
+    import course_utils.measure as measure_module
+
+    seen = []
+
+    def fake_measure(recipe, **kw):
+        seen.append(recipe)
+        return fake(recipe.label, 1.0, 100.0)
+
+    monkeypatch.setattr(measure_module, "measure", fake_measure)
+    results, skipped = beyond.run_path("tiny", progress=False)
+    labels = [r.label for r in beyond.path_here("tiny")]
+    assert set(skipped) == {labels.index("+ Liger kernels"), len(labels) - 1}
+    assert [results[i] is None for i in range(len(labels))] == [i in skipped for i in range(len(labels))]
+    assert not any(r.liger_kernels or r.offload_activations for r in seen)
+    assert [r.label for r in seen] == [lab for i, lab in enumerate(labels) if i not in skipped]
+    lean = next(r for r in seen if r.label.startswith("lean"))
+    assert lean.micro_batch * lean.grad_accum == seen[0].micro_batch * seen[0].grad_accum
+
+
+# --- the estimator ------------------------------------------------------------------------------
+def test_estimator_models_embeddings_on_cpu_and_liger():
+    from course_utils.estimate import estimate, model_shapes
+
+    s = model_shapes("llama-3.1-8b")
+    lean = source_chapter_recipe().with_(prepare_kbit=False)
+    moved = estimate(lean.with_(offload_embeddings=True), hardware="gpu").by_category["parameters"]
+    assert estimate(lean, hardware="gpu").by_category["parameters"] - moved == s.embed_params * 2
+    # on a CPU-only machine the table is in the same memory either way
+    assert estimate(lean.with_(offload_embeddings=True), hardware="cpu").peak_bytes == estimate(lean, hardware="cpu").peak_bytes
+    no_ckpt = lean.with_(gradient_checkpointing=False, micro_batch=4, grad_accum=4)
+    saved = (estimate(no_ckpt, hardware="gpu").by_category["activations"]
+             - estimate(no_ckpt.with_(liger_kernels=True), hardware="gpu").by_category["activations"])
+    # per layer and token: each norm keeps bf16 instead of fp32 (2 x 2 B x hidden), SwiGLU one intermediate less
+    per_token = 2 * 2 * s.hidden + 2 * s.intermediate
+    assert saved >= (s.layers - 1) * 4 * 512 * per_token
+    note = estimate(beyond.fast_low_memory(), hardware="gpu").notes
+    assert any("activation offloading is not modelled" in n for n in note)
+
+
+# --- the table, the targets, the loss curves, the peers -------------------------------------------
+def test_rows_are_ratios_against_the_source_of_the_same_run():
+    table = beyond.rows([fake("source", 8.0, 1000), fake("lean", 4.0, 4000), fake("oom", 1.0, 1, status="does_not_fit")])
+    assert [r.label for r in table] == ["source", "lean"]
+    assert table[1].memory_ratio == pytest.approx(0.5) and table[1].speed_ratio == pytest.approx(4.0)
+    text = beyond.format_rows(table)
+    assert "0.50" in text and "4.00" in text
+
+
+@pytest.mark.parametrize("lean_gib,lean_speed,fast_gib,fast_speed,missed", [
+    (5.0, 1200, 15.0, 9000, []),
+    (5.8, 1200, 15.0, 9000, ["lean: allocated <= 0.70 x source", "lean: allocated <= 5.7 GiB"]),
+    (5.0, 900, 15.0, 9000, ["lean: tokens/s >= source"]),
+    (5.0, 1200, 16.5, 7000, ["fast: allocated <= 16 GiB", "fast: tokens/s >= 8 x source"]),
+])
+def test_target_checks_can_fail(lean_gib, lean_speed, fast_gib, fast_speed, missed):
+    checks = beyond.target_checks(fake("source", 8.22, 1000), fake("lean", lean_gib, lean_speed),
+                                  fake("fast", fast_gib, fast_speed))
+    assert len(checks) == 5
+    assert [target for target, _, met in checks if not met] == missed
+
+
+def test_loss_agreement():
+    a = fake("a", 1, 1, losses=[3.0, 2.5, 2.0])
+    b = fake("b", 1, 1, losses=[3.0, 2.4, 2.1, 9.9])
+    agree = beyond.loss_agreement(a, b)
+    assert agree["steps"] == 3 and agree["max_gap"] == pytest.approx(0.1)
+    assert agree["fall_a"] == pytest.approx(1.0) and agree["fall_b"] == pytest.approx(0.9)
+
+
+def test_peer_comparison_says_who_is_ahead_on_what():
+    text = beyond.peer_comparison({"1x16": [fake("ours", 5.0, 2000)], "16x1": [fake("big", 9.0, 11000)]})
+    assert "unsloth" in text
+    assert "less memory (-15%), faster (+42%)" in text
+    assert "more memory (+18%), slower (-4%)" in text
+
+
+# --- the shipped H200 data --------------------------------------------------------------------------
+def test_shipped_side_by_side_run_meets_the_targets_and_records_its_provenance():
+    side = beyond.by_label(beyond.reference())
+    src, lean, fast = side["source recipe (1x16)"], side["lean recipe (4x4)"], side["fast recipe (16x1)"]
+    checks = beyond.target_checks(src, lean, fast)
+    assert len(checks) == 5 and all(met for _, _, met in checks), checks
+    for m in side.values():
+        assert m.env["device"] == "NVIDIA H200" and m.command.startswith("beyond_recipe.py") and m.date
+        assert {"torch", "transformers", "peft", "trl", "bitsandbytes"} <= set(m.env["versions"])
+        assert len(m.losses) == 20
+        agree = beyond.loss_agreement(src, m)
+        assert agree["max_gap"] < 0.02 < agree["fall_b"]  # same curve, and a curve that moves
+
+
+def test_shipped_peers_have_their_provenance():
+    p = beyond.peers()["unsloth"]
+    assert p["version"] and p["hardware"] and p["source"] and p["settings"]
+    assert {r["batch"] for r in p["runs"]} == {"1x16", "16x1"}
+
+
+def test_planner_checks_ship_with_the_source_of_the_same_run():
+    from course_utils.plan import shipped_checks
+
+    text = shipped_checks("llama-3.1-8b")
+    assert text.count("fits, ") >= 2 and "does not fit, source recipe" in text and "check_plan.py" in text
+
+
+def test_planner_factors_come_from_measured_pairs():
+    from course_utils.plan import speed_of, tuning_factor
+
+    refs = [m for m in all_reference_results() if m.fits and m.tokens_per_s]
+    r = source_chapter_recipe().with_(prepare_kbit=False, liger_kernels=True, micro_batch=8, grad_accum=2,
+                                      steps=5, warmup_steps=1)
+    factor, parts = tuning_factor(r, refs)
+    assert factor > 1 and len(parts) == 2 and all("measured at micro-batch" in p for p in parts)
+    speed = speed_of(r, refs)
+    assert not speed.measured and "without the changes" in speed.basis
+
+
+def test_beyond_script_prints_the_shipped_table(capsys):
+    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    shipped = ROOT / "course_utils" / "reference" / "beyond" / "llama-3.1-8b.jsonl"
+    assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("MET ") == 5 and "MISSED" not in out and "loss, lean recipe (4x4) vs source" in out

@@ -100,7 +100,15 @@ def versions() -> dict[str, str]:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             out[name] = "missing"
+    for name in OPTIONAL_STACK:  # recorded where installed only, so that other machines' keys do not change
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
     return out
+
+
+OPTIONAL_STACK = ("liger-kernel",)  # notebook 08's Liger kernels (CUDA only)
 
 
 def total_memory_bytes() -> int:

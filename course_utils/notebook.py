@@ -81,7 +81,8 @@ def describe_reference(ms) -> str:
     env = ms[0].env
     v = env["versions"]
     return (f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')}), torch {v['torch']}, "
-            f"transformers {v['transformers']}, peft {v['peft']}, trl {v['trl']}, bitsandbytes {v['bitsandbytes']}; "
+            f"transformers {v['transformers']}, peft {v['peft']}, trl {v['trl']}, bitsandbytes {v['bitsandbytes']}"
+            + (f", liger-kernel {v['liger-kernel']}" if "liger-kernel" in v else "") + "; "
             f"{ms[0].date[:10]}; `{ms[0].command}`")
 
 

@@ -27,8 +27,7 @@ from pathlib import Path
 
 from .recipe import Recipe, source_chapter_recipe
 
-GiB = 2**30
-BEYOND_DIR = "reference/beyond"
+from .hardware import GiB
 
 # the issue's targets, as ratios against the source recipe measured in the same run
 LEAN_MAX_RATIO = 0.70
@@ -42,35 +41,44 @@ def source(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
     return source_chapter_recipe(model).with_(steps=steps, warmup_steps=1, label="source recipe (1x16)")
 
 
-def changes(model: str = "llama-3.1-8b", steps: int = 5) -> list[Recipe]:
-    """The lean path: the source recipe, then one change at a time (each keeps the ones before)."""
-    r = source(model, steps)
-    out = [r]
-    r = r.with_(prepare_kbit=False, label="+ no fp32 upcast")
-    out.append(r)
-    r = r.with_(offload_embeddings=True, label="+ embeddings on CPU")
-    out.append(r)
-    r = r.with_(liger_kernels=True, label="+ Liger kernels")
-    out.append(r)
+def path_from(src: Recipe) -> list[Recipe]:
+    """From a source recipe: each change added to the one before, then the lean recipe (a quarter of the
+    effective batch per micro-batch), the fast recipe (all of it in one micro-batch) and the fast recipe
+    with embeddings and activations on CPU. Every recipe keeps the source's tokens per optimizer step."""
+    out = [src]
+    for label, change in (("+ no fp32 upcast", {"prepare_kbit": False}),
+                          ("+ embeddings on CPU", {"offload_embeddings": True}),
+                          ("+ Liger kernels", {"liger_kernels": True})):
+        out.append(out[-1].with_(**change, label=label))
+    effective = src.effective_batch
+    mb = max(1, effective // 4)
+    out.append(out[-1].with_(micro_batch=mb, grad_accum=effective // mb, label=f"lean recipe ({mb}x{effective // mb})"))
+    fast_r = src.with_(prepare_kbit=False, liger_kernels=True, micro_batch=effective, grad_accum=1,
+                       label=f"fast recipe ({effective}x1)")
+    out.append(fast_r)
+    out.append(fast_r.with_(offload_embeddings=True, offload_activations=True,
+                            label=f"fast, embeddings + activations on CPU ({effective}x1)"))
     return out
 
 
-def lean(model: str = "llama-3.1-8b", steps: int = 5, micro_batch: int = 4) -> Recipe:
+def changes(model: str = "llama-3.1-8b", steps: int = 5) -> list[Recipe]:
+    """The lean path: the source recipe, then one change at a time (each keeps the ones before)."""
+    return path_from(source(model, steps))[:4]
+
+
+def lean(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
     """Same effective batch (16), sequence, LoRA and optimizer as the source; fewer bytes, more tokens/s."""
-    r = changes(model, steps)[-1]
-    return r.with_(micro_batch=micro_batch, grad_accum=16 // micro_batch, label=f"lean recipe ({micro_batch}x{16 // micro_batch})")
+    return path_from(source(model, steps))[4]
 
 
 def fast(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
     """Same tokens per optimizer step (16 x 512) in one micro-batch, within a 16 GiB card."""
-    return source(model, steps).with_(prepare_kbit=False, liger_kernels=True, micro_batch=16, grad_accum=1,
-                                      label="fast recipe (16x1)")
+    return path_from(source(model, steps))[5]
 
 
 def fast_low_memory(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
     """The fast recipe with the embeddings and, through trl, the saved activations in CPU memory."""
-    return fast(model, steps).with_(offload_embeddings=True, offload_activations=True,
-                                    label="fast, embeddings + activations on CPU (16x1)")
+    return path_from(source(model, steps))[6]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,26 +95,10 @@ def path_here(model: str) -> list[Recipe]:
     from .hardware import bf16_supported, device_type
 
     if device_type() == "cpu":
-        src = source_chapter_recipe(model).with_(
+        return path_from(source_chapter_recipe(model).with_(
             grad_accum=8, max_seq_length=256, steps=5, warmup_steps=1, learning_rate=1e-3,
-            precision="bf16" if bf16_supported() else "fp32", label="source recipe (1x8)")
-        effective = 8
-    else:
-        src, effective = source(model), 16
-    steps = [src]
-    for label, change in (("+ no fp32 upcast", {"prepare_kbit": False}),
-                          ("+ embeddings on CPU", {"offload_embeddings": True}),
-                          ("+ Liger kernels", {"liger_kernels": True})):
-        steps.append(steps[-1].with_(**change, label=label))
-    lean_mb = effective // 4
-    steps.append(steps[-1].with_(micro_batch=lean_mb, grad_accum=effective // lean_mb,
-                                 label=f"lean recipe ({lean_mb}x{effective // lean_mb})"))
-    fast_r = src.with_(prepare_kbit=False, liger_kernels=True, micro_batch=effective, grad_accum=1,
-                       label=f"fast recipe ({effective}x1)")
-    steps.append(fast_r)
-    steps.append(fast_r.with_(offload_embeddings=True, offload_activations=True,
-                              label=f"fast, embeddings + activations on CPU ({effective}x1)"))
-    return steps
+            precision="bf16" if bf16_supported() else "fp32", label="source recipe (1x8)"))
+    return path_from(source(model))
 
 
 def why_not_here(recipe: Recipe) -> str | None:
@@ -227,14 +219,9 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
     20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
     run="plan-check" scripts/check_plan.py's run of the planner's picks."""
-    from .results import ResultStore
+    from .results import shipped_results
 
-    name = f"{run}-{model}.jsonl" if run else f"{model}.jsonl"
-    path = Path(str(resources.files("course_utils") / BEYOND_DIR / name))
-    out = ResultStore(path).load() if path.exists() else []
-    for m in out:
-        m.source = f"reference: beyond/{path.name}"
-    return out
+    return shipped_results("beyond", f"{run}-{model}.jsonl" if run else f"{model}.jsonl")
 
 
 def by_label(measurements: list) -> dict:
@@ -260,5 +247,5 @@ def peer_comparison(ours: dict, peer: str = "unsloth") -> str:
 
 def peers() -> dict:
     """Figures measured for other stacks (Unsloth), with where they come from."""
-    path = Path(str(resources.files("course_utils") / BEYOND_DIR / "peers.json"))
+    path = Path(str(resources.files("course_utils") / "reference" / "beyond" / "peers.json"))
     return json.loads(path.read_text())

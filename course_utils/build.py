@@ -86,8 +86,6 @@ def offload_input_embeddings(model) -> str | None:
     The output is detached: the table does not train, and with non-reentrant checkpointing no
     layer needs its input to require a gradient. Returns a note, or None when there is nothing to
     move (the model already runs on the CPU)."""
-    import torch
-
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     if head is not None and head.weight is embedding.weight:
@@ -96,9 +94,6 @@ def offload_input_embeddings(model) -> str | None:
     device = embedding.weight.device
     if device.type == "cpu":
         return None
-    if embedding.weight.requires_grad:
-        raise RecipeError("offload_embeddings=True needs a frozen embedding table (LoRA or QLoRA), "
-                          "not a full fine-tune, which trains it. Set offload_embeddings=False.")
     embedding.to("cpu")
 
     def to_cpu(module, args):

@@ -390,6 +390,11 @@ class MarginCheck:
 CUDA_CONTEXT_GIB = 0.5  # the part of MARGIN_GIB for the CUDA context, which max_memory_reserved does not count
 
 
+def fits_on_card(reserved_bytes: int, budget_bytes: int) -> bool:
+    """Whether a measured run fits a card of `budget_bytes`: what CUDA reserved, plus the CUDA context."""
+    return reserved_bytes + CUDA_CONTEXT_GIB * GiB <= budget_bytes
+
+
 def margin_calibration(references: list | None = None) -> list[MarginCheck]:
     """For each reference run with CUDA counters: estimate, allocated, reserved, and what the rule sets aside."""
     from .results import all_reference_results
@@ -422,8 +427,7 @@ def shipped_checks(model: str = "llama-3.1-8b") -> str:
         budget = float(re.search(r"([\d.]+) GiB", m.label).group(1))
         for r in (m, source):
             reserved = r.cuda_max_reserved / GiB
-            fits = reserved + CUDA_CONTEXT_GIB <= budget
-            verdict = ("fits" if fits else "does not fit") + (
+            verdict = ("fits" if fits_on_card(r.cuda_max_reserved, budget * GiB) else "does not fit") + (
                 f", {r.tokens_per_s / source.tokens_per_s:.1f}x the source recipe" if r is m else ", source recipe")
             lines.append(f"{budget:<9.1f}{short_name(r.recipe_obj):<{w}}{estimate(r.recipe_obj).peak_gib:9.2f}"
                          f"{r.cuda_max_allocated / GiB:10.2f}{reserved:9.2f}{r.tokens_per_s:10,.0f}  {verdict}")

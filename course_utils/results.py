@@ -165,31 +165,31 @@ def default_store() -> ResultStore:
     return ResultStore(course_home() / "results.jsonl")
 
 
-def reference_results(name: str | None = None) -> list[Measurement]:
-    """Shipped reference measurements (from real GPUs), each with its provenance."""
-    folder = resources.files("course_utils") / "reference"
+def shipped_results(folder: str = "", name: str | None = None) -> list[Measurement]:
+    """Measurements shipped in course_utils/reference/<folder> (every .jsonl file, or the one named), each
+    marked with the file it came from."""
+    where = resources.files("course_utils") / "reference"
+    if folder:
+        where = where / folder
     out: list[Measurement] = []
-    if not folder.is_dir():
+    if not where.is_dir():
         return out
-    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+    for item in sorted(where.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".jsonl") and (name is None or item.name == name):
             for m in ResultStore(Path(str(item))).load():
-                m.source = f"reference: {item.name}"
+                m.source = f"reference: {folder + '/' if folder else ''}{item.name}"
                 out.append(m)
     return out
 
 
+def reference_results(name: str | None = None) -> list[Measurement]:
+    """Shipped reference measurements of the chapter's techniques (from real GPUs), each with its provenance."""
+    return shipped_results("", name)
+
+
 def all_reference_results() -> list[Measurement]:
     """The chapter's reference runs and those of notebook 08 (reference/beyond/), together."""
-    out = reference_results()
-    folder = resources.files("course_utils") / "reference" / "beyond"
-    if folder.is_dir():
-        for item in sorted(folder.iterdir(), key=lambda p: p.name):
-            if item.name.endswith(".jsonl"):
-                for m in ResultStore(Path(str(item))).load():
-                    m.source = f"reference: beyond/{item.name}"
-                    out.append(m)
-    return out
+    return reference_results() + shipped_results("beyond")
 
 
 def summary_row(m: Measurement) -> dict[str, Any]:

@@ -93,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.model}, sequence 512, 16 x 512 tokens per optimizer step; ratios against the source recipe "
           "measured in this run")
     print(beyond.format_rows(beyond.rows(done)))
-    by_label = {m.label: m for m in done}
     src = next((m for m in done if m.label.startswith("source")), None)
     lean = next((m for m in done if m.label.startswith("lean recipe")), None)
     fast = next((m for m in done if m.label.startswith("fast recipe")), None)
@@ -107,7 +106,6 @@ def main(argv: list[str] | None = None) -> int:
                 a = beyond.loss_agreement(src, other)
                 print(f"  loss, {other.label} vs source over {a['steps']} steps: largest gap {a['max_gap']:.4f}, "
                       f"mean gap {a['mean_gap']:.4f}; fell {a['fall_a']:.3f} (source) and {a['fall_b']:.3f}")
-    del by_label
     return 0
 
 

@@ -20,7 +20,7 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from course_utils.estimate import GiB, estimate, get_hardware  # noqa: E402
-from course_utils.plan import CUDA_CONTEXT_GIB, parse_budget, plan, short_name  # noqa: E402
+from course_utils.plan import fits_on_card, parse_budget, plan, short_name  # noqa: E402
 from course_utils.recipe import Recipe, source_chapter_recipe  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def report_line(role: str, recipe: Recipe, m, hardware: str, budget: int) -> str
     if not m.fits:
         return head + f"   does not fit: {m.error}"
     reserved = (m.cuda_max_reserved or 0) / GiB
-    fits = "fits" if reserved + CUDA_CONTEXT_GIB <= budget / GiB else "DOES NOT FIT"
+    fits = "fits" if fits_on_card(m.cuda_max_reserved or 0, budget) else "DOES NOT FIT"
     return head + (f"{m.peak_bytes / GiB:9.2f}{(m.cuda_max_allocated or 0) / GiB:10.2f}{reserved:10.2f}"
                    f"{m.tokens_per_s or 0:10.0f}  {fits}")
 

@@ -9,7 +9,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from .hardware import HardwareError, bitsandbytes_status, device_type, resolve_precision
+from .hardware import HardwareError, apply_profile, bitsandbytes_status, device_type, resolve_precision
+from .lessons import needs_4bit_here, releases_memory
 from .models import no_progress_bars
 from .recipe import Recipe, RecipeError
 
@@ -140,6 +141,7 @@ def load_model(recipe: Recipe, precision: str):
 
     source = resolve_model(recipe.model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    apply_profile()  # under a device profile (COURSE_PROFILE=t4): its attention kernels and memory cap
     model = AutoModelForCausalLM.from_pretrained(
         source,
         dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
@@ -267,6 +269,9 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         notes.append(f"precision=auto resolved to {precision} on {device_type()}")
     if recipe.optimizer.startswith("paged_") and device_type() == "cpu":
         notes.append(f"{recipe.optimizer}: bitsandbytes does not page on a CPU and falls back to unpaged state")
+    profile_note = apply_profile()
+    if profile_note:
+        notes.append(profile_note)
     model, tokenizer = load_model(recipe, precision)
 
     if recipe.load_in_4bit and recipe.prepare_kbit:
@@ -328,6 +333,7 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
                  trainer=trainer, notes=notes)
 
 
+@releases_memory
 def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool, seq: int = 64) -> tuple[int, int]:
     """One forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
     got a gradient, LoRA tensors in all). Shows why reentrant checkpointing needs input gradients:
@@ -339,7 +345,7 @@ def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads:
     from peft import get_peft_model
 
     recipe = Recipe(model=model, gradient_checkpointing=True)
-    loaded = load_for_inspection(model, load_in_4bit=False)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     inner = peft_model.get_base_model()
@@ -365,13 +371,14 @@ def set_seed_all(seed: int) -> None:
     set_seed(seed)
 
 
+@releases_memory
 def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, seq: int = 64) -> tuple[bool, float]:
     """Gradients of one batch of micro_batch x grad_accum sequences, computed whole and computed by
     accumulation over micro-batches of `micro_batch`: (equal within 1e-5 relative, largest relative gap)."""
     import torch
     from peft import get_peft_model
     recipe = Recipe(model=model)
-    loaded = load_for_inspection(model, load_in_4bit=False)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
     set_seed_all(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     peft_model.eval()  # no dropout: the two ways must see the same function

@@ -11,8 +11,12 @@ from pathlib import Path
 
 def _cmd_env(args: argparse.Namespace) -> int:
     """Print the environment report; exit 1 when something the chapter needs is missing."""
-    from .hardware import env_report
+    import os
 
+    from .hardware import PROFILE_ENV, env_report
+
+    if args.profile:  # the profile reaches every measuring child through the environment
+        os.environ[PROFILE_ENV] = args.profile
     text, ok = env_report()
     print(text)
     return 0 if ok else 1
@@ -28,6 +32,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .recipe import Recipe
     from .results import ResultStore, default_store, describe_change, format_table, reference_results
 
+    if args.profile:  # the profile reaches every measuring child through the environment
+        import os
+
+        from .hardware import PROFILE_ENV
+
+        os.environ[PROFILE_ENV] = args.profile
     started = time.perf_counter()
     base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
                   steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
@@ -184,7 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.set_defaults(func=_cmd_run)
 
+    profile = dict(choices=("t4",), default=None,
+                   help="on a bigger CUDA GPU, behave as on this learner's card (t4: fp16, no flash attention, "
+                        "14.75 GiB for the whole card); the same as COURSE_PROFILE=t4")
+    run.add_argument("--profile", **profile)
     env = sub.add_parser("env", help="print the environment report with [OK]/[FAIL] checks")
+    env.add_argument("--profile", **profile)
     env.set_defaults(func=_cmd_env)
     _add_estimate_and_plan(sub)
     return parser

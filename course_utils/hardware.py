@@ -24,19 +24,136 @@ def device_type() -> str:
 
 
 def device_name() -> str:
-    """A readable name of the compute device, e.g. 'NVIDIA H200' or 'CPU (2 cores, x86_64)'."""
+    """A readable name of the compute device, e.g. 'NVIDIA H200', 'T4 profile on NVIDIA H200' or
+    'CPU (2 cores, x86_64)'. Under a profile the name says so, so its results are never mixed with the
+    GPU's own in the store."""
     import torch
 
     if torch.cuda.is_available():
-        return torch.cuda.get_device_name(0)
+        real = torch.cuda.get_device_name(0)
+        prof = active_profile()
+        return f"{prof.label} on {real}" if prof else real
     return f"CPU ({os.cpu_count()} cores, {platform.machine()})"
 
 
 def compute_capability() -> tuple[int, int] | None:
-    """CUDA compute capability of GPU 0, or None on CPU."""
+    """CUDA compute capability of GPU 0 as the course sees it (a profile's, under one), or None on CPU."""
     import torch
 
-    return torch.cuda.get_device_capability(0) if torch.cuda.is_available() else None
+    if not torch.cuda.is_available():
+        return None
+    prof = active_profile()
+    return prof.compute_capability if prof else torch.cuda.get_device_capability(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# device profiles: a bigger GPU made to behave, for this course, like a learner's card
+# ---------------------------------------------------------------------------------------------
+PROFILE_ENV = "COURSE_PROFILE"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A learner's GPU, as far as a bigger GPU can stand in for it: what the course decides from it
+    (precision, attention kernels) and how much memory the whole card has. It changes the course's
+    view of the hardware, never torch's: torch, Triton and the CUDA kernels still see the real GPU."""
+
+    name: str
+    label: str  # how results measured under it are named: "T4 profile"
+    gpu: str
+    compute_capability: tuple[int, int]
+    card_bytes: int  # what the card offers to every process on it together
+    flash_attention: bool
+    cannot_emulate: str
+
+
+PROFILES = {
+    "t4": Profile(
+        name="t4", label="T4 profile", gpu="NVIDIA T4 (Colab free tier)", compute_capability=(7, 5),
+        # 15,360 MiB of GDDR6, of which the driver leaves 14.75 GiB to CUDA (what torch reports on Colab)
+        card_bytes=int(14.75 * GiB), flash_attention=False,
+        cannot_emulate=("a T4's speed (65 TFLOP/s fp16 peak, 320 GB/s memory) and its own kernels: cuBLAS, "
+                        "bitsandbytes and Triton still run the real GPU's code, so their workspaces and timings "
+                        "are that GPU's; memory and precision are the T4's, speed is not"),
+    ),
+}
+
+
+def active_profile() -> Profile | None:
+    """The profile named by $COURSE_PROFILE ('t4'), when a CUDA GPU is here to stand in; else None."""
+    import torch
+
+    name = os.environ.get(PROFILE_ENV, "").strip().lower()
+    if name in ("", "none", "native", "off"):
+        return None
+    if name not in PROFILES:
+        raise HardwareError(f"{PROFILE_ENV}={name!r} is not a device profile; use one of {', '.join(PROFILES)}, "
+                            f"or unset {PROFILE_ENV} to use this machine as it is.")
+    return PROFILES[name] if torch.cuda.is_available() else None
+
+
+def profile_cap_bytes(card_bytes: int, card_used: int, own_reserved: int) -> int:
+    """What this process may reserve so that the whole card stays within `card_bytes`: the card's size
+    minus what every other process and every CUDA context (this one's too) already hold.
+
+    card_used is what the card holds now (all processes, contexts included); own_reserved is the part
+    of it that is this process's own allocator pool, which the cap itself governs."""
+    return max(0, card_bytes - (card_used - own_reserved))
+
+
+def _card_used_bytes() -> int:
+    """What the GPU holds now, all processes and contexts together (its total minus its free memory).
+
+    With $COURSE_CARD_GROUP set, a virtual card: only the processes of this process's session count
+    (NVML's per-process figures), so several profiled runs can share one big GPU, each as its own card."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(0)
+    if os.environ.get("COURSE_CARD_GROUP"):
+        return group_used_bytes()
+    return total - free
+
+
+def group_used_bytes(session: int | None = None) -> int:
+    """GPU memory held by the processes of one session (default: this process's), from NVML."""
+    import pynvml
+
+    session = os.getsid(0) if session is None else session
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        used = 0
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            try:
+                if os.getsid(proc.pid) == session:
+                    used += proc.usedGpuMemory or 0
+            except (ProcessLookupError, PermissionError):
+                continue
+        return used
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def apply_profile() -> str | None:
+    """Make this process behave as on the profile's card: no flash (or cuDNN) attention, and an allocator
+    cap that keeps the whole card within the profile's memory. Called before a model loads; returns a
+    note for the measurement, or None when no profile is active."""
+    import torch
+
+    prof = active_profile()
+    if prof is None:
+        return None
+    if not prof.flash_attention:
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(False)  # cuDNN's fused attention needs compute capability 8.0+ too
+    torch.cuda.init()
+    _, total = torch.cuda.mem_get_info(0)
+    used = _card_used_bytes()
+    cap = profile_cap_bytes(prof.card_bytes, used, torch.cuda.memory_reserved(0))
+    torch.cuda.set_per_process_memory_fraction(max(cap, 1) / total, 0)
+    return (f"{prof.label}: this process may reserve {cap / GiB:.2f} GiB (the card's {prof.card_bytes / GiB:.2f} GiB "
+            f"less {(used - torch.cuda.memory_reserved(0)) / GiB:.2f} GiB held by CUDA contexts and other processes)"
+            + ("; flash and cuDNN attention off" if not prof.flash_attention else ""))
 
 
 def cpu_has_bf16() -> bool:
@@ -116,7 +233,8 @@ def total_memory_bytes() -> int:
     import torch
 
     if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).total_memory
+        prof = active_profile()
+        return prof.card_bytes if prof else torch.cuda.get_device_properties(0).total_memory
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -186,6 +304,7 @@ def env_report() -> tuple[str, bool]:
     ]
     if env.cuda:
         lines.append(f"CUDA:          {env.cuda}, driver {env.driver}")
+    lines += profile_lines()
     lines.append("versions:      " + ", ".join(f"{k} {v}" for k, v in env.versions.items()))
     checks = []
     ok_all = True
@@ -206,3 +325,45 @@ def env_report() -> tuple[str, bool]:
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     check(True, "hub access: " + ("off (HF_HUB_OFFLINE set; the embedded default is used)" if offline else "allowed"))
     return "\n".join(lines + [""] + checks), ok_all
+
+
+def profile_lines() -> list[str]:
+    """What `course env` says of the device profile: which one, what it changes, what it cannot emulate."""
+    name = os.environ.get(PROFILE_ENV, "").strip()
+    prof = active_profile()
+    if prof is None:
+        return [f"profile:       {name} asked for, but there is no CUDA GPU here to stand in: off"] if name else []
+    import torch
+
+    return [f"profile:       {prof.label} ({prof.gpu}) on {torch.cuda.get_device_name(0)}: compute capability "
+            f"{prof.compute_capability[0]}.{prof.compute_capability[1]} as far as the course decides, "
+            f"{prof.card_bytes / GiB:.2f} GiB for the whole card, flash attention "
+            f"{'on' if prof.flash_attention else 'off'}",
+            f"               cannot emulate: {prof.cannot_emulate}"]
+
+
+def release_memory() -> None:
+    """Give what this process's CUDA allocator caches back to the card (a notebook's kernel does this
+    after each demonstration, so the measuring processes after it have the card to themselves)."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def available_bytes() -> int:
+    """Device memory this process can still take: under a profile, its share of the profile's card; on a
+    GPU, what is free plus this process's own cached pool; on a CPU, the physical memory."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return total_memory_bytes()
+    free, _ = torch.cuda.mem_get_info(0)
+    own = torch.cuda.memory_reserved(0)
+    prof = active_profile()
+    if prof is None:
+        return free + own
+    return profile_cap_bytes(prof.card_bytes, _card_used_bytes(), own)

@@ -202,6 +202,9 @@ class _Probe:
         from .memtrack import model_state_tensors, optimizer_state_tensors
 
         if state.global_step == self.recipe.warmup_steps:  # the tracked step starts
+            from .hardware import apply_profile
+
+            apply_profile()  # again: the warm-up loaded CUDA's kernels, and the context grew with them
             self.tracker.phase = "idle"
             self.tracker.classify(model_state_tensors(model), "parameters")
             if optimizer is not None:
@@ -269,7 +272,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     import torch
 
     from .build import build
-    from .hardware import GiB, device_type, environment
+    from .hardware import GiB, device_type, environment, resolve_precision
     from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
 
     t0 = time.perf_counter()
@@ -281,7 +284,16 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
                 date=_now(), command=_command())
     workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
-    built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
+    try:
+        built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
+    except Exception as exc:  # out of memory while loading is a result too: the model alone does not fit
+        workdir.cleanup()
+        if not is_out_of_memory(exc):
+            raise
+        return Measurement(**base, status="does_not_fit", error=f"out of memory while loading the model: "
+                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                           precision=resolve_precision(recipe.precision), duration_s=round(time.perf_counter() - t0, 2),
+                           notes=[n for n in [apply_profile_note()] if n])
     model = built.trainer.model
     model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
     model.register_forward_hook(probe.forward_post, with_kwargs=True)
@@ -319,6 +331,25 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
         duration_s=round(time.perf_counter() - t0, 2),
         notes=built.notes,
     )
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for every way running out of device memory surfaces: torch's OutOfMemoryError, and the
+    RuntimeErrors that CUDA kernels (bitsandbytes' among them) and accelerate raise."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, (RuntimeError, ValueError)) and ("out of memory" in text or "cuda_error_out_of_memory" in text)
+
+
+def apply_profile_note() -> str | None:
+    """The device profile's note for a result (None without a profile)."""
+    from .hardware import active_profile
+
+    prof = active_profile()
+    return f"{prof.label}: {prof.card_bytes / 2**30:.2f} GiB for the whole card" if prof else None
 
 
 def main(argv: list[str] | None = None) -> int:

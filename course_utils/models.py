@@ -62,6 +62,13 @@ PRESETS: dict[str, dict] = {
                        max_position_embeddings=32768, rms_norm_eps=1e-5,
                        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                        sliding_window=None, tie_word_embeddings=False, hub_id="mistralai/Mistral-7B-v0.3"),
+    # the small ungated model the GPU notebooks pick (notebook.SMALL_HUB_MODEL): its shape, with random
+    # weights, stands in for the download where the hub cannot be reached
+    "smollm2-360m": dict(model_type="llama", hidden_size=960, intermediate_size=2560, num_hidden_layers=32,
+                         num_attention_heads=15, num_key_value_heads=5, vocab_size=49152,
+                         max_position_embeddings=8192, rms_norm_eps=1e-5,
+                         rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+                         tie_word_embeddings=True, hub_id="HuggingFaceTB/SmolLM2-360M"),
     "llama-3.2-1b": dict(model_type="llama", hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                          num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
                          max_position_embeddings=131072, rms_norm_eps=1e-5,

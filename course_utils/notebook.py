@@ -15,6 +15,7 @@ REPOSITORY = "github.com/llm-course/memory-efficient-training"
 BRANCH = "main"
 
 SMALL_HUB_MODEL = "HuggingFaceTB/SmolLM2-360M"  # ungated, Llama architecture, fits a free T4 easily
+SMALL_PRESET = "smollm2-360m"  # its shape with random weights (models.PRESETS), when the hub cannot be reached
 REFERENCE_MODEL = "llama-3.1-8b"
 
 
@@ -30,20 +31,26 @@ def colab_url(notebook_path: str) -> str:
 
 def choose_model(use_llama_8b: bool = False) -> str:
     """The model for this machine: the embedded tiny model on a CPU; on a GPU a small ungated hub
-    model, or the Llama-3.1-8B architecture (random weights, no download) when asked."""
+    model (or, offline, its shape with random weights), or the Llama-3.1-8B architecture (random
+    weights, no download) when asked. On a GPU it also applies the device profile, if one is set
+    (COURSE_PROFILE=t4), to this notebook's own process."""
     from .data import hub_reachable
-    from .hardware import device_type
+    from .hardware import apply_profile, device_type
 
     if device_type() == "cpu":
         if use_llama_8b:
             print("No GPU here: Llama-3.1-8B needs one, so this run uses the embedded tiny model.")
         return "tiny"
+    note = apply_profile()
+    if note:
+        print(note)
     if use_llama_8b:
         return REFERENCE_MODEL
     if hub_reachable():
         return SMALL_HUB_MODEL
-    print(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using the embedded tiny model.")
-    return "tiny"
+    print(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using its architecture with "
+          f"random weights ({SMALL_PRESET}); memory and speed are the same, the losses are not.")
+    return SMALL_PRESET
 
 
 def base_recipe(model: str) -> Recipe:

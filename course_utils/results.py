@@ -234,6 +234,16 @@ def format_table(measurements: list[Measurement], skipped: dict[int, str] | None
     return "\n".join(lines)
 
 
+def not_measured(*measurements: Measurement) -> str | None:
+    """Why a comparison of these measurements cannot be made here: the first one that did not fit (its
+    label, device and reason), or None when every one of them ran."""
+    for m in measurements:
+        if not m.fits:
+            return (f"{m.label} does not fit on {m.env.get('device', 'this device')} ({m.error or 'out of memory'}), "
+                    "so there is nothing to compare it with here.")
+    return None
+
+
 def describe_change(before: Measurement, after: Measurement) -> str:
     """One line: how the peak and speed moved from one rung to the next, and the category that moved most."""
     if not (before.fits and after.fits):

@@ -11,10 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import traceback
 from pathlib import Path
+
+FLAG = re.compile(r"^USE_LLAMA_8B = False", re.M)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebook")
     parser.add_argument("--out", default=None, help="folder for the figures (default: none saved)")
     parser.add_argument("--skip-quiz", action="store_true", help="skip the quiz cells (for machines without ipywidgets)")
+    parser.add_argument("--use-llama-8b", action="store_true",
+                        help="run the notebook's USE_LLAMA_8B = True variant (the Llama-3.1-8B architecture on a GPU)")
     args = parser.parse_args(argv)
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib.pyplot as plt
@@ -33,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         if cell["cell_type"] != "code":
             continue
         source = "".join(cell["source"])
+        if args.use_llama_8b and FLAG.search(source):
+            source = FLAG.sub("USE_LLAMA_8B = True", source)
+            print(f"--- cell {i}: USE_LLAMA_8B = True", flush=True)
         if args.skip_quiz and "course_utils.quiz" in source:
             print(f"--- cell {i}: a quiz, skipped", flush=True)
             continue
@@ -40,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         try:
             exec(compile(source, f"{args.notebook}#cell{i}", "exec"), namespace)
-        except Exception:
+        except Exception as exc:
             traceback.print_exc()
-            print(f"cell {i} of {args.notebook} raised (above)", file=sys.stderr)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            print(f"FAILED cell {i}: {type(exc).__name__}: {first}", file=sys.stderr, flush=True)
             return 1
         for number in plt.get_fignums():
             if args.out:
@@ -51,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
             figures += 1
         plt.close("all")
         print(f"--- cell {i}: {time.perf_counter() - started:.1f} s", flush=True)
+    if args.use_llama_8b and not any(FLAG.search("".join(c["source"])) for c in nb["cells"]):
+        print(f"{args.notebook} has no USE_LLAMA_8B switch", file=sys.stderr)
+        return 2
     print(f"all code cells of {args.notebook} ran; {figures} figure(s)")
     return 0
 

@@ -1,0 +1,114 @@
+"""Demonstrations that one notebook each needs, run in the notebook's own process. Each loads what it
+shows, returns plain numbers, and gives the memory back before it returns: on a T4 the notebook's
+kernel shares 14.75 GiB with the measuring processes that start after it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .hardware import release_memory
+from .recipe import Recipe
+
+
+def releases_memory(fn):
+    """Run fn, then give the GPU memory its models held back to the card."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release_memory()
+
+    return wrapper
+
+
+def weights_of(model: str, load_in_4bit: bool = False, double_quant: bool = True) -> dict[str, dict]:
+    """Notebook 00 and 05: the model's weights by group (parameters, bytes, how stored, bits per parameter).
+    4-bit weights are loaded and counted as stored; full-precision weights are counted on a weightless
+    (meta) copy in the dtype a recipe loads them in (fp32), so an 8B model needs no 32 GB to count."""
+    from .build import weight_groups
+
+    if load_in_4bit:
+        return quantized_weights(model, double_quant)[0]
+    return weight_groups(skeleton(model))
+
+
+def skeleton(model: str, dtype=None):
+    """The model on the meta device: every shape and dtype, no memory (fp32 unless told)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .models import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+
+
+def needs_4bit_here(model: str) -> bool:
+    """True when the model's fp32 weights (and as much again for one step) do not fit what this
+    process may use: a demonstration then loads it in 4-bit NF4 instead, and says so."""
+    from .hardware import available_bytes
+
+    weights = sum(p.numel() for p in skeleton(model).parameters()) * 4
+    needed = 1.2 * weights
+    if needed <= available_bytes():
+        return False
+    print(f"({model} in fp32 needs about {needed / 2**30:.1f} GiB, more than this card leaves this process "
+          f"({available_bytes() / 2**30:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)")
+    return True
+
+
+@releases_memory
+def quantized_weights(model: str, double_quant: bool = True) -> tuple[dict[str, dict], dict]:
+    """Notebook 05: the 4-bit model's weights by group, and its biggest 4-bit weight (name, parameters,
+    bytes), from one load."""
+    from .build import load_for_inspection, weight_groups, weight_storage
+
+    loaded = load_for_inspection(model, load_in_4bit=True, double_quant=double_quant)
+    rows = weight_storage(loaded)
+    return weight_groups(loaded), max((r for r in rows if r["stored"].startswith("4-bit")), key=lambda r: r["params"])
+
+
+def half_precision() -> str:
+    """The 16-bit type this machine trains in: bf16 where it is native, fp16 on a GPU without it (a T4),
+    and bf16 on a CPU (only to see bytes move, as notebook 05 does)."""
+    from .hardware import bf16_supported, device_type
+
+    return "bf16" if bf16_supported() or device_type() == "cpu" else "fp16"
+
+
+@releases_memory
+def upcast_demo(model: str) -> tuple[dict, dict, str]:
+    """Notebook 05: a 4-bit model loaded in this machine's 16-bit type, its weights by group before and
+    after peft's prepare_model_for_kbit_training, and that 16-bit type's name."""
+    import torch
+    from peft import prepare_model_for_kbit_training
+
+    from .build import load_for_inspection, weight_groups
+    from .hardware import resolve_precision
+
+    half = half_precision()
+    try:
+        loaded = load_for_inspection(model, load_in_4bit=True, precision=resolve_precision(half))
+    except Exception:  # a CPU without native bf16: load in fp32, then cast, just to see the bytes
+        loaded = load_for_inspection(model, load_in_4bit=True, precision="fp32")
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[half]
+    for p in loaded.parameters():
+        if p.dtype == torch.float32:
+            p.data = p.data.to(dtype)
+    before = weight_groups(loaded)
+    prepare_model_for_kbit_training(loaded, use_gradient_checkpointing=False)
+    return before, weight_groups(loaded), half
+
+
+def lora_trainable(model: str, recipe: Recipe) -> dict[str, int]:
+    """Notebooks 00 and 03: parameters of the whole model, of the LoRA adapters the recipe adds (r x (in +
+    out) per adapted layer) and of the input embedding, counted on a weightless (meta) copy."""
+    shape = skeleton(model)
+    lora = sum(recipe.lora_r * (m.in_features + m.out_features) for name, m in shape.named_modules()
+               if name.rsplit(".", 1)[-1] in recipe.lora_targets)
+    return {"all": sum(p.numel() for p in shape.parameters()), "lora": lora,
+            "embedding": shape.get_input_embeddings().weight.numel()}

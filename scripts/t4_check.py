@@ -1,0 +1,197 @@
+"""Run every chapter notebook under the T4 profile on a bigger CUDA GPU and record how each one went.
+
+    python scripts/t4_check.py --out course_utils/reference/t4/t4-check.jsonl [--variants small,llama-8b]
+                               [--notebooks 05,07] [--parallel 9]
+
+Each notebook's code cells run as plain Python (scripts/run_notebook_code.py) in a process of their
+own with COURSE_PROFILE=t4: fp16 where bf16 is not native, no flash attention, and 14.75 GiB for the
+whole card, the notebook's own process and every CUDA context included. One record per notebook and
+variant ("small": the model a GPU notebook picks; "llama-8b": its USE_LLAMA_8B = True variant): ran
+through or not, the first failure, wall time, the precisions chosen, what its measurements found, and
+the peak the whole (virtual) card held, polled through NVML every 0.25 s.
+
+--parallel N runs N notebooks at once, each as its own virtual T4 (COURSE_CARD_GROUP: a run counts only
+its own processes' memory, read from NVML). It falls back to one at a time where NVML cannot see this
+machine's processes. Speed is the real GPU's, shared between the runs: memory is a T4's, speed is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("COURSE_PROFILE", "t4")
+
+VARIANTS = {"small": [], "llama-8b": ["--use-llama-8b"]}
+
+
+def notebooks(selected: str) -> list[Path]:
+    """The notebooks to check: all, or those whose number is in a comma list ('05,07')."""
+    every = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    if not selected:
+        return every
+    wanted = {n.strip().zfill(2) for n in selected.split(",")}
+    return [p for p in every if p.name[:2] in wanted]
+
+
+class CardPoll(threading.Thread):
+    """Polls the memory one run's processes hold on the GPU (its session, through NVML), keeping the peak."""
+
+    def __init__(self, session: int | None, every_s: float = 0.25):
+        super().__init__(daemon=True)
+        self.session, self.every_s, self.peak, self.stop = session, every_s, 0, threading.Event()
+
+    def run(self) -> None:
+        from course_utils.hardware import group_used_bytes
+
+        while not self.stop.is_set():
+            try:
+                if self.session is None:  # one run at a time: the whole card
+                    import torch
+
+                    free, total = torch.cuda.mem_get_info(0)
+                    used = total - free - self.baseline
+                else:
+                    used = group_used_bytes(self.session)
+                self.peak = max(self.peak, used)
+            except Exception:
+                pass
+            self.stop.wait(self.every_s)
+
+
+def nvml_sees_sessions() -> bool:
+    """True when NVML lists this machine's processes by a pid we can map to a session (a 1 GiB probe)."""
+    code = ("import torch, time; x = torch.empty(2**30, dtype=torch.uint8, device='cuda'); "
+            "torch.cuda.synchronize(); print('ready', flush=True); time.sleep(5)")
+    probe = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        probe.stdout.readline()
+        from course_utils.hardware import group_used_bytes
+
+        return group_used_bytes(probe.pid) >= 2**30
+    except Exception as exc:
+        print(f"NVML cannot count processes here ({type(exc).__name__}: {exc}); running one at a time")
+        return False
+    finally:
+        probe.kill()
+        probe.wait()
+
+
+def read_store(path: Path) -> list[dict]:
+    """The measurements a run stored (its own results store)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: bool, timeout_s: float) -> dict:
+    """Run one notebook (one variant) under the profile; return its record."""
+    name = f"{nb.stem}-{variant}"
+    home = base_home / name
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "models").exists():  # built models are shared; stores are the run's own
+        (home / "models").symlink_to(base_home / "models", target_is_directory=True)
+    env = dict(os.environ, COURSE_HOME=str(home), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    if parallel:
+        env["COURSE_CARD_GROUP"] = "1"
+    cmd = [sys.executable, str(ROOT / "scripts" / "run_notebook_code.py"), str(nb), *VARIANTS[variant]]
+    started = time.perf_counter()
+    log = (logs / f"{name}.log").open("w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    poll = CardPoll(proc.pid if parallel else None)
+    if not parallel:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(0)
+        poll.baseline = total - free  # what this checking process itself holds
+    poll.start()
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        code = "timeout"
+    poll.stop.set()
+    poll.join()
+    log.close()
+    wall = time.perf_counter() - started
+    text = (logs / f"{name}.log").read_text()
+    failed = [line for line in text.splitlines() if line.startswith("FAILED cell")]
+    stored = read_store(home / "results.jsonl")
+    return dict(
+        notebook=nb.stem, variant=variant, ran_through=code == 0,
+        first_failure=failed[0] if failed else ("" if code == 0 else f"exit {code}: " + text[-400:]),
+        wall_s=round(wall, 1), models=sorted({m["recipe"]["model"] for m in stored}),
+        precisions=sorted({m["precision"] for m in stored if m.get("precision")}),
+        measured=len(stored), fits=sum(m["status"] == "ok" for m in stored),
+        does_not_fit=[m["recipe"].get("label") or m["recipe_key"] for m in stored if m["status"] != "ok"],
+        max_process_reserved_gib=round(max([m.get("cuda_max_reserved") or 0 for m in stored] + [0]) / 2**30, 2),
+        card_peak_gib=round(poll.peak / 2**30, 2), parallel=parallel,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="JSON-lines file for the records (appended)")
+    parser.add_argument("--variants", default="small", help="comma list of: " + ", ".join(VARIANTS))
+    parser.add_argument("--notebooks", default="", help="comma list of notebook numbers (default: all)")
+    parser.add_argument("--jobs", default="", help="comma list of NN:variant pairs instead (05:llama-8b,07:small)")
+    parser.add_argument("--parallel", type=int, default=1, help="notebooks at once, each its own virtual T4")
+    parser.add_argument("--home", default=None, help="scratch COURSE_HOME (default: a fresh folder)")
+    parser.add_argument("--logs", default=None, help="folder for each run's output (default: beside --out)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per notebook before it is stopped")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from course_utils.hardware import active_profile, environment
+    from course_utils.measure import _env_dict
+
+    if not torch.cuda.is_available() or active_profile() is None:
+        print("t4_check needs a CUDA GPU to stand in for the T4", file=sys.stderr)
+        return 2
+    base_home = Path(args.home or f"/tmp/t4-check-{uuid.uuid4().hex[:6]}")
+    (base_home / "models").mkdir(parents=True, exist_ok=True)
+    logs = Path(args.logs or Path(args.out).parent / "t4-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    parallel = args.parallel > 1 and nvml_sees_sessions()
+    jobs = [(nb, v) for v in args.variants.split(",") for nb in notebooks(args.notebooks)]
+    if args.jobs:
+        jobs = [(notebooks(n)[0], v) for n, v in (job.split(":") for job in args.jobs.split(","))]
+    env, run_id = _env_dict(environment()), f"t4-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+    provenance = dict(run_id=run_id, env=env, date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                      command="python scripts/t4_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+                      profile=active_profile().label)
+    print(f"{provenance['profile']} on {torch.cuda.get_device_name(0)}: {len(jobs)} runs, "
+          f"{args.parallel if parallel else 1} at a time", flush=True)
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def one(job):
+        record = {**check_one(*job, base_home, logs, parallel, args.timeout), **provenance}
+        with lock, out.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        print(f"{record['notebook']:34} {record['variant']:9} {'ran through' if record['ran_through'] else 'FAILED':12}"
+              f"{record['wall_s']:7.0f} s  {','.join(record['precisions']) or '-':10} card peak "
+              f"{record['card_peak_gib']:5.2f} GiB  {record['first_failure'][:90]}", flush=True)
+        return record
+
+    with ThreadPoolExecutor(max_workers=args.parallel if parallel else 1) as pool:
+        records = list(pool.map(one, jobs))
+    return 0 if all(r["ran_through"] for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,13 +6,60 @@ from __future__ import annotations
 
 import os
 import sys
+from string import Template
 
+from . import __version__
 from .recipe import Recipe
 
 # The one place the repository's address lives: scripts/update_badges.py writes it into every
-# notebook's "Open in Colab" badge and Colab setup cell.
+# notebook's "Open in Colab" badge (the notebook on BRANCH) and Colab setup cell, which installs the
+# release tag RELEASE_TAG: a fixed version, not a moving branch.
 REPOSITORY = "github.com/llm-course/memory-efficient-training"
 BRANCH = "main"
+RELEASE_TAG = f"v{__version__}"  # from the one version number, course_utils.__version__
+
+# Every notebook's first code cell, written by scripts/update_badges.py (its --check fails on a stale
+# one). It imports nothing heavy: torch and the course are not importable before it has run.
+# On Colab it installs the course at RELEASE_TAG with a pip constraints file that pins Colab's own
+# torch, numpy and ipywidgets to the versions installed, so pip cannot replace them (if the course's
+# pins cannot be met with them, pip fails and the cell says so); it shows pip's output only when pip
+# fails, and says whether the runtime needs a restart: it does when pip changed a distribution whose
+# module this kernel has already imported.
+SETUP_CELL = Template(r"""# Setup. On Colab, install this course's pinned packages at its release tag; Colab's own torch, numpy
+# and ipywidgets stay as they are (a pip constraint). Anywhere else this cell does nothing (README.md).
+import os, subprocess, sys, tempfile
+from importlib import metadata
+
+if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
+    SPEC = "memory-efficient-training[colab] @ $install_url"
+    versions = lambda: dict(reversed([(d.metadata.get("Name", "").lower(), d.version) for d in metadata.distributions()]))
+    before = versions()
+    keep = [f"{name}=={before[name]}" for name in ("torch", "numpy", "ipywidgets") if name in before]
+    with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as constraints:
+        constraints.write("\n".join(keep) + "\n")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-c", constraints.name, SPEC],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if pip.returncode != 0:
+        print(tail := "\n".join(pip.stdout.splitlines()[-40:]))
+        errors = " ".join(line for line in tail.splitlines() if line.startswith("ERROR"))
+        raise RuntimeError(f"pip failed (exit {pip.returncode}): {errors} (output above). A network error? Run this "
+                           f"cell again. A conflict with Colab's {', '.join(keep)}? The course's pins do not accept them; "
+                           "please report it, with that output, at $issues_url")
+    changed = {name for name, version in versions().items() if before.get(name) != version}
+    stale = sorted({d for m, ds in metadata.packages_distributions().items() if m in sys.modules
+                    for d in ds if d.lower() in changed})
+    print(f"installed memory-efficient-training $tag, keeping {', '.join(keep)}" + ("; no restart needed." if not stale else
+          f".\nRestart the runtime (Runtime > Restart session), then run the notebook from the next cell ({', '.join(stale)} changed)."))""")
+
+
+def install_url() -> str:
+    """What the Colab setup cell pip-installs: this repository at its release tag."""
+    return f"git+https://{REPOSITORY}@{RELEASE_TAG}"
+
+
+def setup_cell() -> str:
+    """The source of every notebook's Colab setup cell (its first code cell)."""
+    return SETUP_CELL.substitute(install_url=install_url(), tag=RELEASE_TAG, issues_url=f"https://{REPOSITORY}/issues")
 
 SMALL_HUB_MODEL = "HuggingFaceTB/SmolLM2-360M"  # ungated, Llama architecture, fits a free T4 easily
 SMALL_PRESET = "smollm2-360m"  # its shape with random weights (models.PRESETS), when the hub cannot be reached

@@ -8,8 +8,8 @@ schema is in ``quizzes/README.md``); an installed wheel carries the same files a
     show_quiz("01_gradient_checkpointing")
 
 ``grade(question, answer)`` is the whole of the marking: a pure function, so it is tested without
-widgets. The widget is built from core ipywidgets only (Colab renders those without a custom widget
-manager), and it carries a plain-text and Markdown copy of the questions, without the answers, for
+widgets. The widget is built from core ipywidgets only, and only from what both 7.7 (Colab's) and 8.x
+have (Colab renders core widgets without a custom widget manager), and it carries a plain-text and Markdown copy of the questions, without the answers, for
 places that cannot run widgets (GitHub, nbviewer, a notebook saved without widget state).
 """
 
@@ -641,11 +641,14 @@ class Quiz(widgets.VBox):
         return self.text()
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        """The widget view plus text fallbacks: where the widget cannot render, the questions still show."""
-        data = super()._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = self.text()
-        data["text/markdown"] = self.markdown()
-        return data
+        """The widget view plus text fallbacks: where the widget cannot render, the questions still show.
+
+        Built here rather than by super(): ipywidgets 7 (Colab's) has no Widget._repr_mimebundle_, only
+        _ipython_display_; both 7 and 8 send this same widget-view message (version_major 2).
+        """
+        return {"application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
+                                                             "model_id": self.model_id},
+                "text/plain": self.text(), "text/markdown": self.markdown()}
 
     def _ipython_display_(self) -> None:
         # show_quiz() displays the quiz and returns it; when that call is a cell's last line, IPython
@@ -659,6 +662,8 @@ class Quiz(widgets.VBox):
             return
         self._shown_in_cell = count
         display(self._repr_mimebundle_(), raw=True)
+        if hasattr(self, "_handle_displayed"):  # ipywidgets 7: its own display fires on_displayed callbacks
+            self._handle_displayed()
 
 
 def _show(quiz: Quiz) -> Quiz:

@@ -1,5 +1,7 @@
-"""Rewrite every notebook's "Open in Colab" badge and Colab install line from the one repository
-address in course_utils/notebook.py (REPOSITORY, BRANCH). Run it after changing that address:
+"""Rewrite every notebook's "Open in Colab" badge and its Colab setup cell (the first code cell) from
+course_utils/notebook.py: the badge from REPOSITORY and BRANCH, the setup cell from the one template
+SETUP_CELL (which installs REPOSITORY at RELEASE_TAG, v + course_utils.__version__). Run it after
+changing any of those:
 
     python scripts/update_badges.py          # rewrite in place
     python scripts/update_badges.py --check  # exit 1 if any notebook is out of date
@@ -16,10 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from course_utils.notebook import BRANCH, REPOSITORY, colab_url  # noqa: E402
+from course_utils.notebook import colab_url, setup_cell  # noqa: E402
 
 BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]\([^)]*\)")
-INSTALL = re.compile(r"git\+https://github\.com/[^\"'@\s]+(@[^\"'\s]+)?")
 
 
 def badge(path: str) -> str:
@@ -27,21 +28,22 @@ def badge(path: str) -> str:
     return f"[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab_url(path)})"
 
 
-def install_url() -> str:
-    """What the Colab setup cell pip-installs."""
-    return f"git+https://{REPOSITORY}@{BRANCH}"
-
-
 def rewrite(nb_path: Path) -> bool:
-    """Rewrite one notebook's badge and install line; True if it changed."""
+    """Rewrite one notebook's badge and setup cell (source; its outputs stay empty); True if it changed."""
     rel = nb_path.resolve().relative_to(ROOT).as_posix()
     text = nb_path.read_text()
     nb = json.loads(text)
     for cell in nb["cells"]:
-        source = "".join(cell["source"])
-        new = BADGE.sub(badge(rel), source) if cell["cell_type"] == "markdown" else INSTALL.sub(install_url(), source)
-        if new != source:
-            cell["source"] = new.splitlines(keepends=True)
+        if cell["cell_type"] == "markdown":
+            source = "".join(cell["source"])
+            new = BADGE.sub(badge(rel), source)
+            if new != source:
+                cell["source"] = new.splitlines(keepends=True)
+    setup = next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
+    if setup is None or "google.colab" not in "".join(setup["source"]):
+        raise SystemExit(f"{rel}: the first code cell is not the Colab setup cell; add one (any old one) first")
+    setup["source"] = setup_cell().splitlines(keepends=True)
+    setup["outputs"] = []
     out = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
     if out != text:
         nb_path.write_text(out)

@@ -1,5 +1,6 @@
 """Static gates on the chapter notebooks: they parse, start with the setup cell, carry no widget
-state or absolute paths, and their Colab badge points at their own path."""
+state or absolute paths, and their Colab badge points at their own path. The Colab setup cell is one
+template (course_utils.notebook.SETUP_CELL) in all of them; it is also run here against a fake pip."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from course_utils.notebook import colab_url
+from course_utils import __version__
+from course_utils.notebook import BRANCH, RELEASE_TAG, colab_url, setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -93,3 +97,143 @@ def test_badges_are_up_to_date():
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_badges.py"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- the Colab setup cell ------------------------------------------------------------------------
+KEPT = ("torch", "numpy", "ipywidgets")  # Colab's own copies, which pip must not replace
+
+
+def _setup_cell(path: Path) -> dict:
+    return next(c for c in _load(path)["cells"] if c["cell_type"] == "code")
+
+
+def test_every_setup_cell_is_the_template():
+    sources = {p.name: "".join(_setup_cell(p)["source"]) for p in NOTEBOOKS}
+    assert len(sources) == len(EXPECTED)
+    stale = [name for name, source in sources.items() if source != setup_cell()]
+    assert not stale, f"setup cell differs from course_utils.notebook.SETUP_CELL in {stale}: run scripts/update_badges.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_setup_cell_has_no_outputs(path):
+    assert _setup_cell(path)["outputs"] == []
+
+
+def test_setup_cell_installs_the_release_tag_not_a_branch():
+    source = setup_cell()
+    assert RELEASE_TAG == f"v{__version__}"
+    installs = re.findall(r"git\+https://github\.com/[\w.-]+/[\w.-]+@([\w.-]+)", source)
+    assert installs == [f"v{__version__}"], installs
+    assert "@main" not in source and f"@{BRANCH}\"" not in source
+    assert f"/blob/{BRANCH}/" in colab_url("notebooks/x.ipynb")  # the badge still opens the branch's notebook
+
+
+def test_the_version_is_written_once():
+    """pyproject.toml takes the version from course_utils.__version__, which the release tag derives from."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "course_utils.__version__"}
+
+
+def test_setup_cell_guards():
+    source = setup_cell()
+    assert len(source.splitlines()) <= 25, "keep the setup cell short enough to read"
+    ast.parse(source)
+    # a pip constraints file pins Colab's own torch, numpy and ipywidgets
+    assert '("torch", "numpy", "ipywidgets")' in source and '"-c", constraints.name' in source
+    # pip's output is captured and shown when it fails, not a bare CalledProcessError
+    assert "stderr=subprocess.STDOUT" in source and "check=True" not in source
+    assert "print(tail" in source and "raise RuntimeError" in source
+    # the learner is told whether to restart
+    assert "Restart the runtime (Runtime > Restart session)" in source and "no restart needed" in source
+
+
+def _run_setup_cell(monkeypatch, fake_run, colab: bool = True) -> dict:
+    """Execute the setup cell's code as a kernel would, with subprocess.run replaced by a fake pip."""
+    if colab:
+        monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
+    else:
+        monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+        monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    namespace = {"__name__": "__main__"}
+    exec(compile(setup_cell(), "<setup cell>", "exec"), namespace)
+    return namespace
+
+
+class FakePip:
+    """Stands in for subprocess.run: records the call and the constraints file it names, then answers
+    like pip (stderr goes where the caller sent it: into stdout when told stderr=STDOUT)."""
+
+    def __init__(self, returncode: int, stdout: str = "", stderr: str = "", on_run=None):
+        self.returncode, self.stdout, self.stderr, self.on_run = returncode, stdout, stderr, on_run
+        self.calls = []
+        self.constraints = None
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append((cmd, kwargs))
+        assert cmd[1:4] == ["-m", "pip", "install"]
+        self.constraints = Path(cmd[cmd.index("-c") + 1]).read_text().split()
+        if self.on_run:
+            self.on_run()
+        merged = kwargs.get("stderr") == subprocess.STDOUT
+        return subprocess.CompletedProcess(cmd, self.returncode, stdout=self.stdout + (self.stderr if merged else ""),
+                                           stderr=None if merged else self.stderr)
+
+
+CONFLICT = ("ERROR: Cannot install memory-efficient-training because these package versions have conflicting "
+            "dependencies.\n\nThe conflict is caused by:\n    memory-efficient-training 0.1.0 depends on torch<3 and >=2.4\n"
+            "    The user requested (constraint) torch==2.0.1\n")
+
+
+def test_setup_cell_shows_pips_output_when_pip_fails(monkeypatch, capsys):
+    pip = FakePip(1, stdout="Collecting memory-efficient-training[colab]\n", stderr=CONFLICT)
+    with pytest.raises(RuntimeError) as err:
+        _run_setup_cell(monkeypatch, pip)
+    shown = capsys.readouterr().out
+    assert "Collecting memory-efficient-training" in shown and CONFLICT.strip() in shown  # pip's stdout and stderr
+    message = str(err.value)
+    assert "pip failed (exit 1)" in message
+    assert "ERROR: Cannot install memory-efficient-training because these package versions" in message
+    assert "Run this cell again" in message and "report it" in message
+    assert len(pip.calls) == 1
+
+
+def test_setup_cell_pins_colabs_packages_and_says_no_restart_is_needed(monkeypatch, capsys):
+    from importlib import metadata
+
+    pip = FakePip(0, stdout="Successfully installed memory-efficient-training-0.1.0\n")
+    _run_setup_cell(monkeypatch, pip)
+    (cmd, kwargs), = pip.calls
+    assert cmd[0] == sys.executable and cmd[-1].endswith(f"@v{__version__}")
+    assert pip.constraints == [f"{name}=={metadata.version(name)}" for name in KEPT]  # all three installed here
+    out = capsys.readouterr().out
+    assert out.strip().splitlines() == [
+        f"installed memory-efficient-training v{__version__}, keeping {', '.join(pip.constraints)}; no restart needed."]
+
+
+def test_setup_cell_asks_for_a_restart_when_pip_changed_an_imported_package(monkeypatch, capsys):
+    """pip upgrades PyYAML, whose module yaml this kernel has imported; torch is not installed."""
+    from importlib import metadata
+
+    import yaml  # noqa: F401  (imported in this kernel)
+
+    installed = {"PyYAML": "5.4", "numpy": "2.0.2", "ipywidgets": "7.7.1", "memory-efficient-training": None}
+    dist = lambda name, version: SimpleNamespace(metadata={"Name": name}, version=version)  # noqa: E731
+    monkeypatch.setattr(metadata, "distributions",
+                        lambda: [dist(n, v) for n, v in installed.items() if v is not None])
+    monkeypatch.setattr(metadata, "packages_distributions",
+                        lambda: {"yaml": ["PyYAML"], "numpy": ["numpy"], "not_imported_here": ["memory-efficient-training"]})
+    pip = FakePip(0, on_run=lambda: installed.update({"PyYAML": "6.0.2", "memory-efficient-training": "0.1.0"}))
+    _run_setup_cell(monkeypatch, pip)
+    assert pip.constraints == ["numpy==2.0.2", "ipywidgets==7.7.1"]  # torch is not installed: no pin for it
+    out = capsys.readouterr().out
+    assert "Restart the runtime (Runtime > Restart session), then run the notebook from the next cell" in out
+    assert "(PyYAML changed)" in out  # memory-efficient-training is new too, but its module is not imported
+    assert "no restart needed" not in out
+
+
+def test_setup_cell_does_nothing_outside_colab(monkeypatch, capsys):
+    pip = FakePip(0)
+    _run_setup_cell(monkeypatch, pip, colab=False)
+    assert pip.calls == [] and capsys.readouterr().out == ""

@@ -1,0 +1,120 @@
+"""Drive the quiz and checklist widgets in Python as a learner would: pick, tick or type, press Check,
+read the feedback. One copy, used by tests/test_quiz.py under the installed ipywidgets (8.x) and by
+tests/test_quiz_ipywidgets7.py, which runs this file as a script under ipywidgets 7.7 (Colab's) and
+checks what it prints (JSON) with `check_session`, the same checks test_quiz.py makes in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+BANK = "01_gradient_checkpointing"  # a real bank with all three question types
+
+
+def check(qw, answer) -> str:
+    """Set a question's controls as a learner would (a choice index, a list of indexes, or the text
+    typed in the number box), press Check, and return the feedback as the learner reads it."""
+    qw.select(answer)
+    qw.check_button.click()
+    return qw.feedback_text
+
+
+def first(quiz, qtype: str):
+    """The quiz's first question widget of a type ("single", "multiple", "numeric")."""
+    return next(w for w in quiz.questions if w.question.type == qtype)
+
+
+def wrong_choice(question) -> int:
+    """The index of the question's first wrong choice."""
+    return next(i for i, c in enumerate(question.choices) if not c.correct)
+
+
+def wrong_number(question) -> float:
+    """A wrong number for a numeric question: its first common wrong answer, else clearly off."""
+    if question.wrong_answers:
+        return question.wrong_answers[0].value
+    return question.answer + 2 * question.tolerance + 1
+
+
+def checklist_parts(widget):
+    """The checklist widget's hardware dropdown, its checkboxes (in CHECKLIST order) and its output."""
+    device, row = widget.children
+    boxes, out = row.children
+    return device, list(boxes.children), out
+
+
+def learner_session(bank: str = BANK) -> dict:
+    """One bank's quiz: a choice, a multiple-answer and a numeric question answered wrong, then right,
+    each by pressing Check; then the checklist widget, one item unticked and the hardware changed.
+    Returns what the learner sees, as plain data (it crosses a process boundary as JSON)."""
+    import ipywidgets
+
+    from course_utils.notebook import checklist_widget
+    from course_utils.quiz import make_quiz
+    from course_utils.recipe import Recipe
+
+    quiz = make_quiz(bank)
+    single, multi, num = first(quiz, "single"), first(quiz, "multiple"), first(quiz, "numeric")
+    right_multi = list(multi.question.right_choices)
+    seen = {
+        "ipywidgets": ipywidgets.__version__, "ipywidgets_file": ipywidgets.__file__,
+        "bundle": sorted(quiz._repr_mimebundle_()),
+        "single_wrong": check(single, wrong_choice(single.question)),
+        "single_right": check(single, single.question.right_choices[0]),
+        "single_locked": single.controls.disabled and single.check_button.disabled,
+        "multi_partial": check(multi, right_multi[:1]),
+        "multi_right": check(multi, right_multi),
+        "multi_ticked": sorted(j for j, box in zip(multi.order, multi.controls) if box.value),
+        "numeric_wrong": check(num, str(wrong_number(num.question))),
+        "numeric_right": check(num, str(num.question.answer)),
+        "score": list(quiz.score), "score_label": quiz.score_label.value,
+    }
+    quiz.reset_button.click()  # Start over
+    seen["score_after_reset"] = list(quiz.score)
+
+    recipe = Recipe(model="llama-3.1-8b", micro_batch=1, max_seq_length=512, load_in_4bit=True,
+                    gradient_checkpointing=True, grad_accum=8, optimizer="paged_adamw_8bit", precision="bf16")
+    device, boxes, out = checklist_parts(checklist_widget(recipe, hardware="t4"))
+    seen["checklist_ticked"] = [box.value for box in boxes]
+    seen["checklist_t4"] = out.value
+    boxes[0].value = False  # untick "Use QLoRA"
+    seen["checklist_no_qlora"] = out.value
+    device.value = "cpu"
+    seen["checklist_cpu"] = out.value
+    return seen
+
+
+def check_session(seen: dict, bank: str = BANK) -> None:
+    """Assert that `learner_session` saw the right feedback (graded from the bank itself)."""
+    from course_utils.quiz import _plain, load_bank
+
+    questions = load_bank(bank).questions
+    single, multi, num = (next(q for q in questions if q.type == t) for t in ("single", "multiple", "numeric"))
+    right, wrong = single.right_choices[0], wrong_choice(single)
+    assert {"application/vnd.jupyter.widget-view+json", "text/plain", "text/markdown"} <= set(seen["bundle"])
+
+    assert "Not quite" in seen["single_wrong"] and _plain(single.choices[wrong].explanation)[:60] in seen["single_wrong"]
+    assert _plain(single.choices[right].explanation)[:60] not in seen["single_wrong"]  # not given away
+    assert "Correct" in seen["single_right"] and _plain(single.choices[right].explanation)[:60] in seen["single_right"]
+    assert seen["single_locked"]
+
+    assert "Not quite" in seen["multi_partial"] and "missing" in seen["multi_partial"]
+    assert "Correct" in seen["multi_right"] and seen["multi_ticked"] == list(multi.right_choices)
+
+    assert "Not quite" in seen["numeric_wrong"]
+    if num.wrong_answers:
+        assert _plain(num.wrong_answers[0].explanation)[:60] in seen["numeric_wrong"]
+    assert "Correct" in seen["numeric_right"] and _plain(num.explanation)[:60] in seen["numeric_right"]
+
+    assert seen["score"] == [3, len(questions)] and f"Score: 3/{len(questions)}" in seen["score_label"]
+    assert seen["score_after_reset"] == [0, len(questions)]
+
+    assert all(seen["checklist_ticked"][:5])  # QLoRA, checkpointing, accumulation, 8-bit optimizer, bf16
+    assert "[x] Use QLoRA" in seen["checklist_t4"] and "fits" in seen["checklist_t4"]
+    assert "[ ] Use QLoRA" in seen["checklist_no_qlora"] and "DOES NOT FIT" in seen["checklist_no_qlora"]
+    assert "on CPU" in seen["checklist_cpu"]
+
+
+if __name__ == "__main__":  # run by tests/test_quiz_ipywidgets7.py in a subprocess
+    json.dump(learner_session(*sys.argv[1:2]), sys.stdout)

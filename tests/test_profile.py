@@ -142,3 +142,23 @@ def test_chapter_script_keeps_lora_in_fp32_where_bf16_does_not_train():
     assert 'if precision != "bf16"' in after and "p.data = p.data.float()" in after
     assert after.index("p.data.float()") < after.index("trainer.train()")
     assert 'precision != "bf16"' in inspect.getsource(build.build)
+
+
+def test_shipped_t4_records_cover_every_notebook_with_provenance():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    records = [json.loads(line) for line in (root / "course_utils" / "reference" / "t4" / "t4-check.jsonl")
+               .read_text().splitlines() if line.strip()]
+    notebooks = {p.stem for p in (root / "notebooks").glob("*.ipynb")}
+    for variant in ("small", "llama-8b"):
+        assert {r["notebook"] for r in records if r["variant"] == variant} == notebooks, variant
+    for r in records:
+        assert r["env"]["device"].startswith("T4 profile on NVIDIA"), r["env"]["device"]
+        assert r["profile"] == "T4 profile" and r["command"].startswith("python scripts/t4_check.py")
+        assert r["date"].startswith("20") and r["run_id"].startswith("t4-") and r["env"]["versions"]["trl"]
+        assert r["ran_through"] == (r["first_failure"] == ""), r["notebook"]
+        assert set(r["precisions"]) <= {"fp16", "fp32"}  # never bf16 on a T4
+        if r["ran_through"]:
+            assert r["card_peak_gib"] <= 14.75 + 0.1, r  # the whole card, contexts included

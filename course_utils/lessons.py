@@ -88,12 +88,12 @@ def upcast_demo(model: str) -> tuple[dict, dict, str]:
     from peft import prepare_model_for_kbit_training
 
     from .build import load_for_inspection, weight_groups
-    from .hardware import resolve_precision
+    from .hardware import HardwareError, resolve_precision
 
     half = half_precision()
     try:
         loaded = load_for_inspection(model, load_in_4bit=True, precision=resolve_precision(half))
-    except Exception:  # a CPU without native bf16: load in fp32, then cast, just to see the bytes
+    except HardwareError:  # a CPU without native bf16: load in fp32, then cast, just to see the bytes
         loaded = load_for_inspection(model, load_in_4bit=True, precision="fp32")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[half]
     for p in loaded.parameters():

@@ -73,13 +73,14 @@ class Hardware:
     flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
     memory_gib: float | None = None  # usable memory, when the hardware fixes it
     short: str = ""  # a few words for table headers
+    compute_capability: tuple[int, int] | None = None  # whose CUDA libraries' workspaces the estimate counts
 
 
 HARDWARE = {
     "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
-                    "cuda", "bf16", True, short="a bf16 GPU"),
+                    "cuda", "bf16", True, short="a bf16 GPU", compute_capability=(9, 0)),  # the reference H200's
     "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
-                   short="a T4 (fp16)"),
+                   short="a T4 (fp16)", compute_capability=(7, 5)),
     "cpu": Hardware("CPU", "cpu", "fp32", False, short="a CPU"),
 }
 
@@ -118,6 +119,12 @@ class Estimate:
     terms: list[Term]  # everything alive at that moment
     moments: dict[str, int] = field(default_factory=dict)  # every candidate moment's total
     notes: list[str] = field(default_factory=list)
+    cuda_extra: Term | None = None  # what CUDA allocates outside these tensors (None off CUDA)
+
+    @property
+    def cuda_allocated_bytes(self) -> int:
+        """What torch.cuda.max_memory_allocated should read: the peak plus CUDA's own allocations."""
+        return self.peak_bytes + (self.cuda_extra.nbytes if self.cuda_extra else 0)
 
     @property
     def by_category(self) -> dict[str, int]:
@@ -152,6 +159,9 @@ class Estimate:
             if not terms:
                 lines.append("    none at this moment")
         lines.append(f"{'peak':<14}{fmt_bytes(self.peak_bytes):>40}  ({self.peak_gib:.2f} GiB)")
+        if self.cuda_extra:
+            lines.append(f"+ {self.cuda_extra.name}: {self.cuda_extra.arithmetic} = {fmt_bytes(self.cuda_extra.nbytes)}; "
+                         f"CUDA's allocated peak {fmt_bytes(self.cuda_allocated_bytes)}")
         others = [f"{name} {fmt_bytes(b)}" for name, b in self.moments.items() if name != self.moment]
         if others:
             lines.append("Other candidate moments: " + "; ".join(others) + ".")
@@ -691,9 +701,11 @@ def loss_backward_temporaries(x: Setup) -> list[Term]:
         terms.append(Term("temporaries", f"hidden states cast to {x.dtype(c)}", n * h * c, f"{n} x {h} x {c} B"))
     lm_head = d.weight if x.full_ft else d.kept
     if lm_head != c:
-        copies = 2 if s.vocab > LOSS_VOCAB_TILE else 1  # the next chunk's copy exists before the last is freed
-        terms.append(Term("temporaries", f"lm_head chunk cast to {x.dtype(c)} ({copies} overlapping)",
-                          copies * cols * h * c, f"{copies} x {cols} x {h} x {c} B"))
+        # the next chunk's copy exists before the last is freed: the two biggest neighbours overlap
+        nxt = min(LOSS_VOCAB_TILE, s.vocab - LOSS_VOCAB_TILE) if s.vocab > LOSS_VOCAB_TILE else 0
+        rows = f"2 x {cols}" if nxt == cols else (f"({cols} + {nxt})" if nxt else f"{cols}")
+        terms.append(Term("temporaries", f"lm_head chunk cast to {x.dtype(c)} ({2 if nxt else 1} overlapping)",
+                          (cols + nxt) * h * c, f"{rows} x {h} x {c} B"))
     if x.full_ft:
         terms.append(Term("temporaries", "fp32 gradient of lm_head", s.vocab * h * 4, f"{s.vocab} x {h} x 4 B"))
         if lm_head != 4:
@@ -775,12 +787,42 @@ def optimizer_step_temporaries(x: Setup) -> list[Term]:
 # ---------------------------------------------------------------------------------------------
 # the estimate
 # ---------------------------------------------------------------------------------------------
-def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", padded: bool = False) -> Estimate:
+# What CUDA allocates outside the tensors above, as max_memory_allocated sees it. Each cuBLAS handle
+# keeps a workspace from the caching allocator, and training uses two: the main thread's (forward) and
+# autograd's device thread's (backward). Kernels also take scratch memory inside their calls (cuBLASLt,
+# attention), which grows with the tokens of a micro-batch: KERNEL_SCRATCH_PER_TOKEN is fitted to the
+# shipped T4 check (course_utils/reference/t4, 39 recipes on an H200 under the T4 profile; the test
+# test_estimate_cuda_allocated_on_t4_profile holds every one within 3%).
+CUBLAS_HANDLES = 2
+KERNEL_SCRATCH_PER_TOKEN = 26 * 1024
+
+
+def cublas_workspace_bytes(cc: tuple[int, int] | None) -> int:
+    """torch's default cuBLAS workspace per handle: 32 MiB on compute capability 9.0 (Hopper), else
+    4096 KiB x 2 + 16 KiB x 8 (CUBLAS_WORKSPACE_CONFIG changes it)."""
+    return 4096 * 8 * 1024 if cc == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def cuda_extra_term(x: Setup, cc: tuple[int, int] | None) -> Term:
+    """CUDA's allocations outside the counted tensors: cuBLAS workspaces and kernels' scratch."""
+    ws = cublas_workspace_bytes(cc)
+    tokens = x.tokens
+    return Term("temporaries", "CUDA libraries' own memory",
+                CUBLAS_HANDLES * ws + KERNEL_SCRATCH_PER_TOKEN * tokens,
+                f"{CUBLAS_HANDLES} cuBLAS workspaces x {fmt_bytes(ws)} (compute capability "
+                f"{'.'.join(map(str, cc)) if cc else '?'}) + {tokens:,} tokens x {KERNEL_SCRATCH_PER_TOKEN // 1024} KiB "
+                f"of kernel scratch")
+
+
+def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", padded: bool = False,
+             device_cc: tuple[int, int] | None = None) -> Estimate:
     """Predict the peak memory of one steady-state training step of `recipe`, term by term.
 
     config: a transformers config (default: the recipe's model's). hardware: 'gpu' (bf16, flash
     attention), 't4' (fp16) or 'cpu'. padded: a micro-batch at the peak has padding, so attention
     gets a mask (one per layer, and k/v repeated to every head); full batches have none.
+    device_cc: the compute capability of the GPU that really runs it, when it is not the hardware's
+    own (a T4 profile on an H200 runs the H200's libraries, so their workspaces).
     """
     hw = get_hardware(hardware)
     s = shapes_from_config(config) if config is not None else model_shapes(recipe.model)
@@ -790,8 +832,10 @@ def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", p
     candidates = candidate_moments(x)
     totals = {name: sum(t.nbytes for t in terms) for name, terms in candidates.items()}
     moment = max(totals, key=totals.get)
+    extra = cuda_extra_term(x, device_cc or hw.compute_capability) if hw.device == "cuda" else None
     return Estimate(recipe=recipe, hardware=hw, precision=precision, moment=moment,
-                    terms=[t for t in candidates[moment] if t.nbytes], moments=totals, notes=estimate_notes(x))
+                    terms=[t for t in candidates[moment] if t.nbytes], moments=totals, notes=estimate_notes(x),
+                    cuda_extra=extra)
 
 
 def candidate_moments(x: Setup) -> dict[str, list[Term]]:

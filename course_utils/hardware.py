@@ -65,13 +65,18 @@ class Profile:
     card_bytes: int  # what the card offers to every process on it together
     flash_attention: bool
     cannot_emulate: str
+    # Room kept free for what CUDA adds outside the allocator after the cap is set: kernels loaded
+    # lazily on first use, library workspaces of new streams. Without it notebook 06's T4 check
+    # (2026-12-01) held 14.84 GiB of the card's 14.75 at its peak.
+    headroom_bytes: int = 256 * 2**20
+    peak_flops: float = 0.0  # dense fp16 peak of the profile's GPU, for time arithmetic (spec sheet)
 
 
 PROFILES = {
     "t4": Profile(
         name="t4", label="T4 profile", gpu="NVIDIA T4 (Colab free tier)", compute_capability=(7, 5),
         # 15,360 MiB of GDDR6, of which the driver leaves 14.75 GiB to CUDA (what torch reports on Colab)
-        card_bytes=int(14.75 * GiB), flash_attention=False,
+        card_bytes=int(14.75 * GiB), flash_attention=False, peak_flops=65e12,  # NVIDIA T4 datasheet
         cannot_emulate=("a T4's speed (65 TFLOP/s fp16 peak, 320 GB/s memory) and its own kernels: cuBLAS, "
                         "bitsandbytes and Triton still run the real GPU's code, so their workspaces and timings "
                         "are that GPU's; memory and precision are the T4's, speed is not"),
@@ -92,13 +97,14 @@ def active_profile() -> Profile | None:
     return PROFILES[name] if torch.cuda.is_available() else None
 
 
-def profile_cap_bytes(card_bytes: int, card_used: int, own_reserved: int) -> int:
+def profile_cap_bytes(card_bytes: int, card_used: int, own_reserved: int, headroom: int = 0) -> int:
     """What this process may reserve so that the whole card stays within `card_bytes`: the card's size
-    minus what every other process and every CUDA context (this one's too) already hold.
+    minus what every other process and every CUDA context (this one's too) already hold, less a
+    headroom for what the contexts still add later.
 
     card_used is what the card holds now (all processes, contexts included); own_reserved is the part
     of it that is this process's own allocator pool, which the cap itself governs."""
-    return max(0, card_bytes - (card_used - own_reserved))
+    return max(0, card_bytes - headroom - (card_used - own_reserved))
 
 
 def _card_used_bytes() -> int:
@@ -149,10 +155,11 @@ def apply_profile() -> str | None:
     torch.cuda.init()
     _, total = torch.cuda.mem_get_info(0)
     used = _card_used_bytes()
-    cap = profile_cap_bytes(prof.card_bytes, used, torch.cuda.memory_reserved(0))
+    cap = profile_cap_bytes(prof.card_bytes, used, torch.cuda.memory_reserved(0), prof.headroom_bytes)
     torch.cuda.set_per_process_memory_fraction(max(cap, 1) / total, 0)
     return (f"{prof.label}: this process may reserve {cap / GiB:.2f} GiB (the card's {prof.card_bytes / GiB:.2f} GiB "
-            f"less {(used - torch.cuda.memory_reserved(0)) / GiB:.2f} GiB held by CUDA contexts and other processes)"
+            f"less {(used - torch.cuda.memory_reserved(0)) / GiB:.2f} GiB held by CUDA contexts and other processes, "
+            f"less {prof.headroom_bytes / GiB:.2f} GiB kept for the contexts to grow)"
             + ("; flash and cuDNN attention off" if not prof.flash_attention else ""))
 
 

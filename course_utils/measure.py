@@ -28,6 +28,7 @@ from .recipe import Recipe
 from .results import Measurement, ResultStore, default_store
 
 PROGRESS = "@@course-progress"
+LAUNCHED_ENV = "COURSE_LAUNCHED_AT"  # when the parent started a measuring child (time.time())
 
 
 class MeasurementError(RuntimeError):
@@ -80,7 +81,8 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         cmd = [sys.executable, "-m", "course_utils.measure", "--recipe", json.dumps(recipe.to_dict()), "--out", str(out)]
         if budget_gib is not None:
             cmd += ["--budget-gib", str(budget_gib)]
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command())
+        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command(),
+                   **{LAUNCHED_ENV: repr(time.time())})
         log: list[str] = []
         bar = _progress_bar(recipe, progress)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -201,10 +203,11 @@ class _Probe:
 
         from .memtrack import model_state_tensors, optimizer_state_tensors
 
-        if state.global_step == self.recipe.warmup_steps:  # the tracked step starts
+        if self.device == "cuda":
             from .hardware import apply_profile
 
-            apply_profile()  # again: the warm-up loaded CUDA's kernels, and the context grew with them
+            apply_profile()  # again, each step: kernels load on first use, and the contexts grow with them
+        if state.global_step == self.recipe.warmup_steps:  # the tracked step starts
             self.tracker.phase = "idle"
             self.tracker.classify(model_state_tensors(model), "parameters")
             if optimizer is not None:
@@ -267,6 +270,14 @@ def _callback(probe: _Probe):
     return cb
 
 
+def _startup_s() -> float:
+    """Seconds from the parent starting this measuring process to now (its imports), or 0.0 in-process."""
+    try:
+        return round(max(0.0, time.time() - float(os.environ.pop(LAUNCHED_ENV))), 2)
+    except (KeyError, ValueError):
+        return 0.0
+
+
 def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: bool = False) -> Measurement:
     """Build and train the recipe in this process and measure it (measure() calls this in a child)."""
     import torch
@@ -276,6 +287,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
 
     t0 = time.perf_counter()
+    startup = _startup_s()
     device = device_type()
     env = environment()
     budget = int(budget_gib * GiB) if budget_gib is not None else None
@@ -286,6 +298,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
     try:
         built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
+        build_s = round(time.perf_counter() - t0, 2)
     except Exception as exc:  # out of memory while loading is a result too: the model alone does not fit
         workdir.cleanup()
         if not is_out_of_memory(exc):
@@ -329,6 +342,8 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
         model_bytes=tensor_bytes(model_state_tensors(model)),
         duration_s=round(time.perf_counter() - t0, 2),
+        startup_s=startup,
+        build_s=build_s,
         notes=built.notes,
     )
 

@@ -39,7 +39,9 @@ class Measurement:
     precision: str = ""  # resolved precision
     trainable_params: int = 0
     model_bytes: int = 0  # weights, buffers and quantization state
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # this run in its process: building the model and trainer, and training
+    startup_s: float = 0.0  # the measuring process's start-up before that (imports), when it had its own
+    build_s: float = 0.0  # building the model, its adapters and the trainer (part of duration_s)
     notes: list = field(default_factory=list)
     error: str = ""
     date: str = ""

@@ -10,6 +10,9 @@ variant ("small": the model a GPU notebook picks; "llama-8b": its USE_LLAMA_8B =
 through or not, the first failure, wall time, the precisions chosen, what its measurements found, and
 the peak the whole (virtual) card held, polled through NVML every 0.25 s.
 
+Each notebook and its measuring processes get --cores CPU cores of their own (default 2, as a Colab
+free-tier runtime has), so start-ups and model builds take about as long as there.
+
 --parallel N runs N notebooks at once, each as its own virtual T4 (COURSE_CARD_GROUP: a run counts only
 its own processes' memory, read from NVML). It falls back to one at a time where NVML cannot see this
 machine's processes. Speed is the real GPU's, shared between the runs: memory is a T4's, speed is not.
@@ -21,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -31,6 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("COURSE_PROFILE", "t4")
+
+from course_utils.t4check import strip_env  # noqa: E402
 
 VARIANTS = {"small": [], "llama-8b": ["--use-llama-8b"]}
 
@@ -94,8 +100,9 @@ def read_store(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: bool, timeout_s: float) -> dict:
-    """Run one notebook (one variant) under the profile; return its record."""
+def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: bool, timeout_s: float,
+              cores: list[int] | None = None) -> dict:
+    """Run one notebook (one variant) under the profile, on `cores` CPU cores; return its record."""
     name = f"{nb.stem}-{variant}"
     home = base_home / name
     home.mkdir(parents=True, exist_ok=True)
@@ -104,10 +111,14 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
     env = dict(os.environ, COURSE_HOME=str(home), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     if parallel:
         env["COURSE_CARD_GROUP"] = "1"
+    if cores:
+        env.update({name: str(len(cores)) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     cmd = [sys.executable, str(ROOT / "scripts" / "run_notebook_code.py"), str(nb), *VARIANTS[variant]]
     started = time.perf_counter()
     log = (logs / f"{name}.log").open("w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None  # children inherit it
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True,
+                            preexec_fn=pin)
     poll = CardPoll(proc.pid if parallel else None)
     if not parallel:
         import torch
@@ -135,7 +146,8 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
         measured=len(stored), fits=sum(m["status"] == "ok" for m in stored),
         does_not_fit=[m["recipe"].get("label") or m["recipe_key"] for m in stored if m["status"] != "ok"],
         max_process_reserved_gib=round(max([m.get("cuda_max_reserved") or 0 for m in stored] + [0]) / 2**30, 2),
-        card_peak_gib=round(poll.peak / 2**30, 2), parallel=parallel,
+        card_peak_gib=round(poll.peak / 2**30, 2), parallel=parallel, cores_per_run=len(cores) if cores else None,
+        runs=[strip_env(m) for m in stored],
     )
 
 
@@ -149,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None, help="scratch COURSE_HOME (default: a fresh folder)")
     parser.add_argument("--logs", default=None, help="folder for each run's output (default: beside --out)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per notebook before it is stopped")
+    parser.add_argument("--cores", type=int, default=2, help="CPU cores per notebook (Colab's free tier has 2); 0: all")
     args = parser.parse_args(argv)
 
     import torch
@@ -178,9 +191,21 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
+    at_once = args.parallel if parallel else 1
+    mine = sorted(os.sched_getaffinity(0))
+    if args.cores and len(mine) < args.cores * at_once:
+        print(f"{len(mine)} CPU cores cannot give {at_once} runs {args.cores} each", file=sys.stderr)
+        return 2
+    slots: queue.Queue = queue.Queue()
+    for i in range(at_once):
+        slots.put(mine[i * args.cores:(i + 1) * args.cores] if args.cores else None)
 
     def one(job):
-        record = {**check_one(*job, base_home, logs, parallel, args.timeout), **provenance}
+        cores = slots.get()
+        try:
+            record = {**check_one(*job, base_home, logs, parallel, args.timeout, cores), **provenance}
+        finally:
+            slots.put(cores)
         with lock, out.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         print(f"{record['notebook']:34} {record['variant']:9} {'ran through' if record['ran_through'] else 'FAILED':12}"
@@ -188,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{record['card_peak_gib']:5.2f} GiB  {record['first_failure'][:90]}", flush=True)
         return record
 
-    with ThreadPoolExecutor(max_workers=args.parallel if parallel else 1) as pool:
+    with ThreadPoolExecutor(max_workers=at_once) as pool:
         records = list(pool.map(one, jobs))
     return 0 if all(r["ran_through"] for r in records) else 1
 

@@ -1,0 +1,242 @@
+"""What each notebook did under the T4 profile, read from the shipped records of scripts/t4_check.py,
+and how long it takes on a real T4: arithmetic from those records and the T4's peak FLOP/s.
+
+A record holds one notebook's run (one variant: the small model a GPU notebook picks, or its
+USE_LLAMA_8B = True variant) on a bigger GPU under COURSE_PROFILE=t4, each measuring process limited
+to the CPU cores of Colab's free tier. Its measurements are a T4's memory (the profile caps the
+card) but not a T4's speed: the GPU computed them. So the time on a T4 is
+
+    the record's wall time  -  the time its runs spent training there
+                            +  for each run, the longer of that time and its FLOPs at the T4's peak
+
+Everything but the training (process start-ups, model builds, the notebook's own cells) is the same
+work on the same number of CPU cores, measured. A run's training takes a T4 at least as long as its
+FLOPs need at the T4's peak, and at least as long as it took here, where the small model's steps wait
+on the CPU launching kernels (the same CPU work on a T4). Both are lower bounds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from .recipe import Recipe
+from .results import Measurement
+
+RECORDS = Path(__file__).parent / "reference" / "t4" / "t4-check.jsonl"
+VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
+T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4
+# dense peaks of an NVIDIA T4 (datasheet): fp16 on its tensor cores, fp32 without them
+T4_PEAK_FLOPS = {"fp16": 65e12, "fp32": 8.1e12}
+
+
+class T4CheckError(LookupError):
+    """No shipped T4-check record for what was asked; the message says how to make one."""
+
+
+def records(path: Path = RECORDS, usable=None) -> list[dict]:
+    """Every shipped record, the newest for each notebook and variant (of those `usable` accepts)."""
+    latest: dict[tuple[str, str], dict] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                if usable is not None and not usable(rec):
+                    continue
+                key = (rec["notebook"], rec["variant"])
+                if key not in latest or rec["date"] >= latest[key]["date"]:
+                    latest[key] = rec
+    return sorted(latest.values(), key=lambda r: (r["variant"] != "small", r["notebook"]))
+
+
+def record_for(notebook: str, variant: str = "small", path: Path = RECORDS, usable=None) -> dict:
+    """The newest record of one notebook ('01_gradient_checkpointing' or '01') and variant (that
+    `usable(record)` accepts, when given)."""
+    for rec in records(path, usable):
+        if rec["variant"] == variant and (rec["notebook"] == notebook or rec["notebook"][:2] == notebook[:2]):
+            return rec
+    raise T4CheckError(f"no T4-check record for notebook {notebook!r} ({variant}) in {path}; make one on a CUDA GPU "
+                       f"with: python scripts/t4_check.py --out {path} --notebooks {notebook[:2]} --variants {variant}")
+
+
+def runs(rec: dict) -> list[Measurement]:
+    """The record's measurements, each with the record's environment (the T4 profile on its GPU)."""
+    return [Measurement.from_dict({**m, "env": rec["env"], "source": f"T4 check {rec['date'][:10]}"})
+            for m in rec.get("runs", [])]
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Flops:
+    """Matrix-multiply FLOPs of one trained token (2 per multiply-add), and how they add up."""
+
+    per_token: float
+    arithmetic: str
+
+
+def flops_per_token(recipe: Recipe) -> Flops:
+    """Forward, backward and (with checkpointing) the recomputed forward, for one token of this recipe.
+
+    Forward: 2 x the weights of every linear layer and the LM head, plus attention's two products
+    (scores and values: 2 x 2 x q_dim per earlier token; a causal token sees seq/2 on average).
+    Backward: the input gradients cost the forward again, twice over for attention; weight gradients
+    cost 2 x the weights that train (all of them in a full fine-tune, the LoRA factors otherwise,
+    whose forward is counted too). Checkpointing runs the layers' forward once more."""
+    from .estimate import model_shapes
+
+    s = model_shapes(recipe.model)
+    layer_w = s.linear_params
+    head_w = s.lm_head_params or s.embed_params  # a tied head multiplies by the embedding matrix
+    attn = s.layers * 2 * 2 * s.q_dim * recipe.max_seq_length / 2
+    lora = 0
+    if recipe.uses_lora:
+        lora = s.layers * sum(recipe.lora_r * (i + o) for n, i, o in s.layer_linears if n in recipe.lora_targets)
+    forward = 2 * (layer_w + head_w + lora) + attn
+    trained = layer_w + head_w if not recipe.uses_lora else lora
+    backward = 2 * (layer_w + head_w + lora) + 2 * attn + 2 * trained
+    recompute = 2 * (layer_w + lora) + attn if recipe.gradient_checkpointing else 0
+    total = forward + backward + recompute
+    parts = f"forward {forward / 1e9:.2f} + backward {backward / 1e9:.2f}"
+    if recompute:
+        parts += f" + recomputed forward {recompute / 1e9:.2f}"
+    return Flops(total, f"{parts} = {total / 1e9:.2f} GFLOP per token")
+
+
+def trained_tokens(recipe: Recipe) -> int:
+    """Tokens one run trains: every step's micro-batches, every sequence full (packed data)."""
+    return recipe.steps * recipe.micro_batch * recipe.grad_accum * recipe.max_seq_length
+
+
+# ---------------------------------------------------------------------------------------------
+# the time on a T4
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RunTime:
+    label: str
+    precision: str
+    tokens: int
+    flops: Flops | None  # None: the run did not fit, so it trained nothing
+    flops_s: float  # its FLOPs at the T4's peak for its precision
+    trained_s: float  # what it spent training on the profiled GPU (build excluded)
+    overhead_s: float  # its process start-up and model build, measured
+
+    @property
+    def t4_s(self) -> float:
+        """Its training on a T4, at least: the longer of its FLOPs at the peak and its time here."""
+        return max(self.flops_s, self.trained_s)
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    notebook: str
+    variant: str
+    wall_s: float  # the whole notebook under the profile, measured
+    runs: tuple[RunTime, ...]
+    gpu: str
+    cores: int | None
+    date: str
+    ran_through: bool = True
+    first_failure: str = ""
+
+    @property
+    def t4_s(self) -> float:
+        """The notebook on a T4: its measured wall time with the runs' training moved to the T4's peak."""
+        return self.wall_s - sum(r.trained_s for r in self.runs) + sum(r.t4_s for r in self.runs)
+
+    def lines(self) -> list[str]:
+        cores = f", {self.cores} CPU cores per run as on Colab" if self.cores else ""
+        out = [f"{VARIANTS[self.variant]}: {len(self.runs)} runs (T4 check, {self.gpu}, {self.date[:10]}{cores})"]
+        if not self.ran_through:
+            out.append(f"  it did not run to the end: {self.first_failure.splitlines()[0][:80] if self.first_failure else '?'}")
+        out.append(f"  {'recipe':32} {'tokens':>7} {'GFLOP/tok':>9} {'TFLOP':>6} {'T4 peak':>12} {'here':>7} {'start+build':>11}")
+        for r in self.runs:
+            if r.flops is None:
+                out.append(f"  {r.label[:32]:32} {'does not fit: nothing trained':>44} {r.overhead_s:9.1f} s")
+                continue
+            peak = f"{r.flops_s:5.1f} s {r.precision}"
+            out.append(f"  {r.label[:32]:32} {r.tokens:7,} {r.flops.per_token / 1e9:9.2f} {r.tokens * r.flops.per_token / 1e12:6.1f} "
+                       f"{peak:>12} {r.trained_s:5.1f} s {r.overhead_s:9.1f} s")
+        trained = sum(r.trained_s for r in self.runs)
+        out.append(f"  wall time {self.wall_s:.0f} s - {trained:.0f} s training here + {sum(r.t4_s for r in self.runs):.0f} s "
+                   f"(each run's longer time) = {self.t4_s:.0f} s: at least {_minutes(self.t4_s)} on a T4")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _peak_key(precision: str) -> str:
+    return "fp16" if precision in ("fp16", "bf16") else "fp32"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def all_measured_in_it(rec: dict) -> bool:
+    """True when every run of the record was measured during that check, none read back from a store
+    an earlier check had filled (its wall time then covers all of them)."""
+    return bool(rec.get("runs")) and all(m.get("date", "") >= rec["date"] for m in rec["runs"])
+
+
+def time_budget(notebook: str, variant: str = "small", path: Path = RECORDS) -> TimeBudget:
+    """The arithmetic of how long one notebook (one variant) takes on a T4, from its newest shipped
+    record whose runs were all measured in that check."""
+    rec = record_for(notebook, variant, path, all_measured_in_it)
+    out = []
+    for m in runs(rec):
+        recipe = m.recipe_obj
+        overhead = m.startup_s + m.build_s
+        if not m.fits:
+            out.append(RunTime(m.label, m.precision, 0, None, 0.0, 0.0, m.startup_s + m.duration_s))
+            continue
+        f = flops_per_token(recipe)
+        tokens = trained_tokens(recipe)
+        out.append(RunTime(m.label, m.precision, tokens, f, tokens * f.per_token / T4_PEAK_FLOPS[_peak_key(m.precision)],
+                           max(0.0, m.duration_s - m.build_s), overhead))
+    return TimeBudget(rec["notebook"], variant, rec["wall_s"], tuple(out), rec["env"]["device"], rec.get("cores_per_run"),
+                      rec["date"], rec["ran_through"], rec.get("first_failure", ""))
+
+
+def how_long_on_a_t4(notebook: str) -> str:
+    """Both variants' arithmetic, for the cell where a notebook introduces its run."""
+    parts = [f"On a free T4. T4 peak: the run's FLOPs at {T4_PEAK_FLOPS['fp16'] / 1e12:.0f} TFLOP/s (fp16) or "
+             f"{T4_PEAK_FLOPS['fp32'] / 1e12:.1f} (fp32), the T4's datasheet peaks;",
+             "here: its training on the profiled GPU, waiting on the same 2 CPU cores. A T4 needs at least the longer."]
+    for variant in VARIANTS:
+        try:
+            parts.append(str(time_budget(notebook, variant)))
+        except T4CheckError as exc:
+            parts.append(f"{VARIANTS[variant]}: {exc}")
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# the figures beside the H200 reference
+# ---------------------------------------------------------------------------------------------
+def profile_table(notebook: str, variant: str = "small", path: Path = RECORDS) -> str:
+    """The record's memory figures as a table, labelled for what they are."""
+    rec = record_for(notebook, variant, path)
+    ms = runs(rec)
+    model = ", ".join(rec.get("models", [])) or "-"
+    lines = [f"{rec['env']['device']} ({model}, {rec['date'][:10]}): memory as on a T4, speed not a T4's",
+             f"  card peak {rec['card_peak_gib']:.2f} GiB of {rec['env']['total_memory_gib']:.2f} "
+             f"(every process of the notebook, CUDA contexts included); "
+             f"{'ran through' if rec['ran_through'] else 'did not run through: ' + rec['first_failure'][:80]}",
+             f"  {'recipe':34} {'precision':9} {'allocated GiB':>13} {'reserved GiB':>12}"]
+    for m in ms:
+        if m.fits:
+            lines.append(f"  {m.label[:34]:34} {m.precision:9} {(m.cuda_max_allocated or 0) / 2**30:13.2f} "
+                         f"{(m.cuda_max_reserved or 0) / 2**30:12.2f}")
+        else:
+            lines.append(f"  {m.label[:34]:34} {m.precision:9} {'does not fit':>13}")
+    return "\n".join(lines)
+
+
+def strip_env(measurement: dict) -> dict:
+    """A stored measurement without its environment (the record holds it once)."""
+    return {k: v for k, v in measurement.items() if k not in ("env",)}
+

@@ -1,0 +1,123 @@
+"""The shipped T4-check records as the notebooks read them: every notebook and variant, its time on a
+T4 by arithmetic, its memory figures, and the estimator's CUDA allocated peak against them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from course_utils import t4check
+from course_utils.estimate import EstimateError, cublas_workspace_bytes, estimate
+from course_utils.recipe import Recipe
+from course_utils.t4check import T4CheckError, flops_per_token, records, runs, time_budget
+
+NOTEBOOKS = sorted({r["notebook"] for r in records()})
+
+
+def test_every_notebook_and_variant_has_a_record_that_ran_through():
+    from pathlib import Path
+
+    stems = {p.stem for p in (Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")}
+    newest = records()
+    for variant in t4check.VARIANTS:
+        got = {r["notebook"]: r for r in newest if r["variant"] == variant}
+        assert set(got) == stems, variant
+        failed = {n: r["first_failure"][:80] for n, r in got.items() if not r["ran_through"]}
+        assert not failed, failed
+        for r in got.values():
+            assert r["runs"] and r["cores_per_run"] == 2, r["notebook"]  # measurements shipped, Colab's cores
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_default_gpu_path_fits_ten_minutes_on_a_t4(notebook):
+    budget = time_budget(notebook, "small")
+    assert budget.runs and budget.t4_s <= t4check.T4_LIMIT_S, str(budget)
+
+
+def test_time_budget_uses_only_runs_measured_in_that_check(tmp_path):
+    """A record whose runs were read back from an earlier check's store does not time the notebook."""
+    rec = {"notebook": "07_x", "variant": "small", "ran_through": True, "first_failure": "", "wall_s": 100.0,
+           "date": "2026-12-01T12:20:00+00:00", "env": {"device": "T4 profile on GPU", "total_memory_gib": 14.75},
+           "runs": [{"recipe": Recipe(model="tiny").to_dict(), "recipe_key": "k", "env_key": "e", "status": "ok",
+                     "date": "2026-12-01T12:05:00+00:00", "duration_s": 30.0, "build_s": 10.0, "precision": "fp32"}]}
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    with pytest.raises(T4CheckError, match="t4_check.py"):
+        time_budget("07", "small", path)
+    fresh = {**rec, "date": "2026-12-01T12:00:00+00:00"}
+    path.write_text(json.dumps(rec) + "\n" + json.dumps(fresh) + "\n")
+    budget = time_budget("07", "small", path)
+    assert budget.runs[0].trained_s == 20.0 and budget.t4_s == 100.0  # trained here for longer than its FLOPs need
+
+
+def test_a_run_on_a_t4_takes_at_least_its_flops_at_the_peak():
+    r = t4check.RunTime("x", "fp16", 1000, t4check.Flops(65e9, ""), flops_s=1.0, trained_s=0.25, overhead_s=3.0)
+    assert r.t4_s == 1.0
+    assert t4check.RunTime("x", "fp16", 1000, None, 0.0, 2.0, 3.0).t4_s == 2.0
+
+
+def test_flops_per_token_counts_what_each_technique_adds():
+    lora = Recipe(model="llama-3.1-8b", max_seq_length=512)
+    plain, ckpt = flops_per_token(lora), flops_per_token(lora.with_(gradient_checkpointing=True))
+    full = flops_per_token(lora.with_(lora_r=None))
+    from course_utils.estimate import model_shapes
+
+    s = model_shapes("llama-3.1-8b")
+    lora_params = s.layers * sum(16 * (i + o) for n, i, o in s.layer_linears if n in lora.lora_targets)
+    # checkpointing adds one forward of the decoder layers (their LoRA factors and attention included);
+    # a full fine-tune adds the weight gradients
+    layer_forward = 2 * (s.linear_params + lora_params) + s.layers * 2 * 2 * s.q_dim * 256
+    assert ckpt.per_token - plain.per_token == layer_forward
+    assert full.per_token > plain.per_token + 2 * s.linear_params * 0.99
+    assert 40e9 < ckpt.per_token < 50e9  # 8B parameters: about 6 x 8e9 with the recomputed forward
+
+
+def test_profile_table_labels_memory_as_a_t4s_and_speed_as_not():
+    text = t4check.profile_table("07_complete_recipe")
+    assert "memory as on a T4, speed not a T4's" in text.splitlines()[0]
+    assert "T4 profile on NVIDIA" in text
+    assert all(len(line) <= 118 for line in text.splitlines())
+
+
+def test_missing_record_says_how_to_make_one(tmp_path):
+    with pytest.raises(T4CheckError, match="scripts/t4_check.py --out"):
+        t4check.record_for("01", "small", tmp_path / "none.jsonl")
+
+
+def test_cublas_workspace_is_the_devices_default():
+    assert cublas_workspace_bytes((9, 0)) == 32 * 2**20
+    assert cublas_workspace_bytes((7, 5)) == 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def _chapter_runs():
+    """The T4-check runs of the chapter's own recipes (the ladder, the sweeps, the source recipe)."""
+    for rec in records():
+        for m in runs(rec):
+            r = m.recipe_obj
+            tuned = r.offload_embeddings or r.offload_activations or r.liger_kernels or r.torch_compile
+            if m.fits and r.uses_lora and r.prepare_kbit and not tuned:
+                yield m
+
+
+def test_estimate_cuda_allocated_on_t4_profile():
+    """The estimate plus CUDA's own memory (cuBLAS workspaces, kernel scratch) against CUDA's allocated
+    peak of every LoRA run of the chapter's recipes in the shipped T4 check: within 3%."""
+    worst, seen = [], 0
+    for m in _chapter_runs():
+        try:
+            e = estimate(m.recipe_obj, hardware="t4", device_cc=(9, 0))  # a T4 profile on an H200
+        except EstimateError:
+            continue
+        seen += 1
+        err = e.cuda_allocated_bytes / m.cuda_max_allocated - 1
+        if abs(err) > 0.03:
+            worst.append((m.label, m.recipe["model"], f"{err:+.1%}"))
+    assert seen >= 30 and not worst, worst
+
+
+def test_estimate_explains_cuda_memory_only_on_cuda():
+    r = Recipe(model="tiny")
+    assert estimate(r, hardware="cpu").cuda_extra is None
+    e = estimate(r, hardware="t4")
+    assert e.cuda_allocated_bytes > e.peak_bytes and "cuBLAS workspaces" in e.explain()

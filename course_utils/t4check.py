@@ -60,6 +60,11 @@ def record_for(notebook: str, variant: str = "small", path: Path = RECORDS, usab
                        f"with: python scripts/t4_check.py --out {path} --notebooks {notebook[:2]} --variants {variant}")
 
 
+def run_name(m: Measurement) -> str:
+    """A run's label, with checkpointing named where a sweep's label ('max_seq_length=64') leaves it out."""
+    return m.label + (", ckpt" if "=" in m.label and m.recipe.get("gradient_checkpointing") else "")
+
+
 def runs(rec: dict) -> list[Measurement]:
     """The record's measurements, each with the record's environment (the T4 profile on its GPU)."""
     return [Measurement.from_dict({**m, "env": rec["env"], "source": f"T4 check {rec['date'][:10]}"})
@@ -191,11 +196,11 @@ def time_budget(notebook: str, variant: str = "small", path: Path = RECORDS) -> 
         recipe = m.recipe_obj
         overhead = m.startup_s + m.build_s
         if not m.fits:
-            out.append(RunTime(m.label, m.precision, 0, None, 0.0, 0.0, m.startup_s + m.duration_s))
+            out.append(RunTime(run_name(m), m.precision, 0, None, 0.0, 0.0, m.startup_s + m.duration_s))
             continue
         f = flops_per_token(recipe)
         tokens = trained_tokens(recipe)
-        out.append(RunTime(m.label, m.precision, tokens, f, tokens * f.per_token / T4_PEAK_FLOPS[_peak_key(m.precision)],
+        out.append(RunTime(run_name(m), m.precision, tokens, f, tokens * f.per_token / T4_PEAK_FLOPS[_peak_key(m.precision)],
                            max(0.0, m.duration_s - m.build_s), overhead))
     return TimeBudget(rec["notebook"], variant, rec["wall_s"], tuple(out), rec["env"]["device"], rec.get("cores_per_run"),
                       rec["date"], rec["ran_through"], rec.get("first_failure", ""))
@@ -229,10 +234,10 @@ def profile_table(notebook: str, variant: str = "small", path: Path = RECORDS) -
              f"  {'recipe':34} {'precision':9} {'allocated GiB':>13} {'reserved GiB':>12}"]
     for m in ms:
         if m.fits:
-            lines.append(f"  {m.label[:34]:34} {m.precision:9} {(m.cuda_max_allocated or 0) / 2**30:13.2f} "
+            lines.append(f"  {run_name(m)[:34]:34} {m.precision:9} {(m.cuda_max_allocated or 0) / 2**30:13.2f} "
                          f"{(m.cuda_max_reserved or 0) / 2**30:12.2f}")
         else:
-            lines.append(f"  {m.label[:34]:34} {m.precision:9} {'does not fit':>13}")
+            lines.append(f"  {run_name(m)[:34]:34} {m.precision:9} {'does not fit':>13}")
     return "\n".join(lines)
 
 
@@ -240,3 +245,36 @@ def strip_env(measurement: dict) -> dict:
     """A stored measurement without its environment (the record holds it once)."""
     return {k: v for k, v in measurement.items() if k not in ("env",)}
 
+
+
+def markdown_table(path: Path = RECORDS) -> str:
+    """The README's table of the shipped check: per notebook and variant, ran through, wall time,
+    the time on a T4 by the arithmetic above, and the peak of the whole card."""
+    newest = {(r["notebook"], r["variant"]): r for r in records(path)}
+    envs = {json.dumps({k: r["env"].get(k) for k in ("device", "driver", "cuda", "versions")}, sort_keys=True)
+            for r in newest.values()}
+    where = []
+    for env in map(json.loads, sorted(envs)):
+        v = env["versions"]
+        where.append(f"{env['device']} (driver {env['driver']}, CUDA {env['cuda']}; "
+                     + ", ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "peft", "bitsandbytes") if k in v)
+                     + ")")
+    dates = sorted({r["date"][:10] for r in newest.values()})
+    head = [f"Checked {', '.join(dates)} on " + "; ".join(where) + ".", "","| notebook | " + " | ".join(f"{VARIANTS[v]}: ran through, wall s, T4 s at least, card peak GiB"
+                                          for v in VARIANTS) + " |",
+            "|---|" + "---|" * len(VARIANTS)]
+    rows = []
+    for nb in sorted({n for n, _ in newest}):
+        cells = []
+        for v in VARIANTS:
+            rec = newest.get((nb, v))
+            if rec is None:
+                cells.append("not checked")
+                continue
+            try:
+                t4 = f"{time_budget(nb, v, path).t4_s:.0f}"
+            except T4CheckError:
+                t4 = "-"
+            cells.append(f"{'yes' if rec['ran_through'] else 'no'}, {rec['wall_s']:.0f}, {t4}, {rec['card_peak_gib']:.2f}")
+        rows.append(f"| {nb} | " + " | ".join(cells) + " |")
+    return "\n".join(head + rows)

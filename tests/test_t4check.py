@@ -121,3 +121,11 @@ def test_estimate_explains_cuda_memory_only_on_cuda():
     assert estimate(r, hardware="cpu").cuda_extra is None
     e = estimate(r, hardware="t4")
     assert e.cuda_allocated_bytes > e.peak_bytes and "cuBLAS workspaces" in e.explain()
+
+
+def test_readme_table_is_the_shipped_records():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("<!-- t4-table -->\n", 1)[1].split("\n<!-- /t4-table -->", 1)[0]
+    assert table == t4check.markdown_table()

@@ -108,6 +108,8 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "models").exists():  # built models are shared; stores are the run's own
         (home / "models").symlink_to(base_home / "models", target_is_directory=True)
+    for stale in home.glob("results.jsonl*"):  # a check measures: nothing is read back from an earlier one
+        stale.unlink()
     env = dict(os.environ, COURSE_HOME=str(home), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     if parallel:
         env["COURSE_CARD_GROUP"] = "1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 GiB = 1024**3
 MiB = 1024**2
@@ -69,15 +69,18 @@ class Profile:
     # lazily on first use, library workspaces of new streams. Without it notebook 06's T4 check
     # (2026-12-01) held 14.84 GiB of the card's 14.75 at its peak.
     headroom_bytes: int = 256 * 2**20
-    peak_flops: float = 0.0  # dense fp16 peak of the profile's GPU, for time arithmetic (spec sheet)
+    peak_flops: dict | None = field(default=None, compare=False)  # datasheet FLOP/s per precision ("fp16", "fp32")
 
+
+T4_PEAK_FLOPS = {"fp16": 65e12, "fp32": 8.1e12}  # NVIDIA T4 datasheet: fp16 on its tensor cores, fp32 without
 
 PROFILES = {
     "t4": Profile(
         name="t4", label="T4 profile", gpu="NVIDIA T4 (Colab free tier)", compute_capability=(7, 5),
         # 15,360 MiB of GDDR6, of which the driver leaves 14.75 GiB to CUDA (what torch reports on Colab)
-        card_bytes=int(14.75 * GiB), flash_attention=False, peak_flops=65e12,  # NVIDIA T4 datasheet
-        cannot_emulate=("a T4's speed (65 TFLOP/s fp16 peak, 320 GB/s memory) and its own kernels: cuBLAS, "
+        card_bytes=int(14.75 * GiB), flash_attention=False, peak_flops=T4_PEAK_FLOPS,
+        cannot_emulate=(f"a T4's speed ({T4_PEAK_FLOPS['fp16'] / 1e12:.0f} TFLOP/s fp16 peak, 320 GB/s memory) and "
+                        "its own kernels: cuBLAS, "
                         "bitsandbytes and Triton still run the real GPU's code, so their workspaces and timings "
                         "are that GPU's; memory and precision are the T4's, speed is not"),
     ),

@@ -306,7 +306,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
         return Measurement(**base, status="does_not_fit", error=f"out of memory while loading the model: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
                            precision=resolve_precision(recipe.precision), duration_s=round(time.perf_counter() - t0, 2),
-                           notes=[n for n in [apply_profile_note()] if n])
+                           startup_s=startup, notes=[n for n in [apply_profile_note()] if n])
     model = built.trainer.model
     model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
     model.register_forward_hook(probe.forward_post, with_kwargs=True)

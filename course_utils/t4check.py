@@ -21,14 +21,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hardware import PROFILES
 from .recipe import Recipe
 from .results import Measurement
 
 RECORDS = Path(__file__).parent / "reference" / "t4" / "t4-check.jsonl"
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
 T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4
-# dense peaks of an NVIDIA T4 (datasheet): fp16 on its tensor cores, fp32 without them
-T4_PEAK_FLOPS = {"fp16": 65e12, "fp32": 8.1e12}
+T4_PEAK_FLOPS = PROFILES["t4"].peak_flops
 
 
 class T4CheckError(LookupError):
@@ -90,15 +90,13 @@ def flops_per_token(recipe: Recipe) -> Flops:
     Backward: the input gradients cost the forward again, twice over for attention; weight gradients
     cost 2 x the weights that train (all of them in a full fine-tune, the LoRA factors otherwise,
     whose forward is counted too). Checkpointing runs the layers' forward once more."""
-    from .estimate import model_shapes
+    from .estimate import lora_shapes, model_shapes
 
     s = model_shapes(recipe.model)
     layer_w = s.linear_params
     head_w = s.lm_head_params or s.embed_params  # a tied head multiplies by the embedding matrix
     attn = s.layers * 2 * 2 * s.q_dim * recipe.max_seq_length / 2
-    lora = 0
-    if recipe.uses_lora:
-        lora = s.layers * sum(recipe.lora_r * (i + o) for n, i, o in s.layer_linears if n in recipe.lora_targets)
+    lora = s.layers * sum(recipe.lora_r * (i + o) for _, i, o in lora_shapes(recipe, s)) if recipe.uses_lora else 0
     forward = 2 * (layer_w + head_w + lora) + attn
     trained = layer_w + head_w if not recipe.uses_lora else lora
     backward = 2 * (layer_w + head_w + lora) + 2 * attn + 2 * trained

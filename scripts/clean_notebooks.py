@@ -1,5 +1,7 @@
 """Make executed notebooks fit to commit: no widget state, no widget-only outputs (progress bars
-that GitHub cannot draw), no absolute paths. Fails, naming the cell, if a path remains.
+that GitHub cannot draw), no absolute paths. A widget that carries a static copy of itself (the
+quiz: its questions as Markdown) keeps that copy, so GitHub and nbviewer show it. Fails, naming the
+cell, if a path remains.
 
     python scripts/clean_notebooks.py notebooks/*.ipynb
 """
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+STATIC_COPY = "text/markdown"  # what a widget adds for where it cannot render (course_utils.quiz)
 ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|work|tmp|usr|opt|Users|content)/[\w.\-/]+")
 
 
@@ -27,7 +30,10 @@ def clean(path: Path) -> list[str]:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if WIDGET_VIEW in data:
-                continue  # a progress bar or widget: its state is not saved, so drop its placeholder
+                if STATIC_COPY not in data:
+                    continue  # a progress bar or widget: its state is not saved, so drop its placeholder
+                out = {**out, "data": {k: v for k, v in data.items() if k != WIDGET_VIEW}}
+                data = out["data"]
             outputs.append(out)
             text = json.dumps(out.get("text", "")) + json.dumps(data.get("text/plain", ""))
             if ABSOLUTE_PATH.search(text):

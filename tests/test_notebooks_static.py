@@ -237,3 +237,37 @@ def test_setup_cell_does_nothing_outside_colab(monkeypatch, capsys):
     pip = FakePip(0)
     _run_setup_cell(monkeypatch, pip, colab=False)
     assert pip.calls == [] and capsys.readouterr().out == ""
+
+
+def test_quiz_cells_are_committed_with_their_static_copy():
+    """GitHub and nbviewer cannot draw the quiz widget: its committed output keeps the Markdown copy."""
+    import json
+    from pathlib import Path
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        nb = json.loads(path.read_text())
+        cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "show_quiz(" in "".join(c["source"]))
+        shown = ["".join(o.get("data", {}).get("text/markdown", "")) for o in cell.get("outputs", [])]
+        assert any("1." in text for text in shown), f"{path.name}: the quiz cell has no static copy"
+
+
+def test_cleaning_keeps_a_widgets_static_copy_and_drops_bare_widgets(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("clean_notebooks", Path(__file__).resolve().parents[1] /
+                                                  "scripts" / "clean_notebooks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    view = {"model_id": "x", "version_major": 2, "version_minor": 0}
+    quiz = {"output_type": "display_data", "metadata": {},
+            "data": {mod.WIDGET_VIEW: view, "text/plain": "Quiz", "text/markdown": "**Quiz**\n1. a question"}}
+    bar = {"output_type": "display_data", "metadata": {}, "data": {mod.WIDGET_VIEW: view, "text/plain": "0%|"}}
+    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1,
+                     "outputs": [bar, quiz]}], "metadata": {"widgets": {}}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(nb))
+    assert mod.clean(path) == []
+    (out,) = json.loads(path.read_text())["cells"][0]["outputs"]
+    assert set(out["data"]) == {"text/plain", "text/markdown"} and "widgets" not in json.loads(path.read_text())["metadata"]

@@ -590,18 +590,19 @@ def attention_piece(x: Setup) -> Piece:
                  f"{c} B x (2 x {q} + 2 x {kv}) + 4 B x {heads}")
 
 
-def lora_piece(x: Setup, first_layer: bool = False) -> Piece:
-    """LoRA keeps, per adapted linear: the dropout mask, lora_A's input and lora_A's output."""
+def lora_piece(x: Setup, first_layer: bool = False, only: tuple[str, ...] | None = None) -> Piece:
+    """LoRA keeps, per adapted linear: the dropout mask, lora_A's input and lora_A's output (only: these linears)."""
     recipe, c, r = x.recipe, x.dtypes.compute, x.recipe.lora_r
     total, parts = 0, []
-    for name, i, _ in lora_shapes(recipe, x.shapes):
+    shapes = [(n, i, o) for n, i, o in lora_shapes(recipe, x.shapes) if only is None or n in only]
+    for name, i, _ in shapes:
         has_mask = recipe.lora_dropout > 0 and not (first_layer and name in ATTENTION_INPUTS)
         m = x.dtypes.mask if has_mask else 0
         total += i * (c + m) + r * c
         parts.append(f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
     counted = {p: parts.count(p) for p in dict.fromkeys(parts)}  # identical modules once, with a count
     arithmetic = " + ".join(p if n == 1 else f"{n} x ({p})" for p, n in counted.items())
-    names = ", ".join(n for n, _, _ in lora_shapes(recipe, x.shapes))
+    names = ", ".join(n for n, _, _ in shapes)
     what = "dropout mask, lora_A input and output" if recipe.lora_dropout > 0 else "lora_A input and output"
     return Piece(f"LoRA ({names}): {what}", total, arithmetic + " B")
 
@@ -643,6 +644,12 @@ def layer_activation_terms(x: Setup) -> list[Term]:
     """Every layer's saved tensors, or only each layer's input under gradient checkpointing."""
     recipe, s, d = x.recipe, x.shapes, x.dtypes
     B, S, T, L, h = recipe.micro_batch, recipe.max_seq_length, x.tokens, s.layers, s.hidden
+    if offloaded(x):
+        terms = [Term("activations", "the layers' saved tensors: in CPU memory (activation offloading)", 0, "")]
+        if recipe.offload_embeddings and not s.tied:
+            terms.append(Term("activations", f"the embedding output, copied to the GPU ({x.dtype(d.residual)})",
+                              T * h * d.residual, f"{T} tokens x {h} x {d.residual} B"))
+        return terms
     if recipe.gradient_checkpointing:
         terms = [Term("activations", f"checkpointed layer inputs ({x.dtype(d.residual)})", L * T * h * d.residual,
                       f"{L} layers x {T} tokens x {h} x {d.residual} B"),
@@ -752,7 +759,7 @@ def layer_backward_temporaries(x: Setup) -> list[Term]:
     """The last layer's backward: its recomputed activations (checkpointing) and the MLP's gradients."""
     T, h, i, d = x.tokens, x.shapes.hidden, x.shapes.intermediate, x.dtypes
     terms = []
-    if x.recipe.gradient_checkpointing:
+    if x.recipe.gradient_checkpointing or offloaded(x):  # recomputed, or back from CPU memory
         per_token = per_layer_bytes(layer_pieces(x))
         if d.residual == 4 or x.recipe.liger_kernels:  # the first norm keeps the checkpointed input itself
             per_token -= d.residual * h
@@ -768,6 +775,61 @@ def layer_backward_temporaries(x: Setup) -> list[Term]:
         terms.append(Term("temporaries", "gradients in the MLP's backward: residual, down_proj input, gate, up",
                           T * (h * d.residual + 3 * i * mlp), f"{T} tokens x ({h} x {d.residual} + 3 x {i} x {mlp}) B"))
     return terms
+
+
+def offloaded(x: Setup) -> bool:
+    """trl's activation offloading on a GPU: every tensor the layers save for backward goes to CPU memory."""
+    return x.recipe.offload_activations and x.hardware.device == "cuda"
+
+
+def recomputed_input(x: Setup) -> list[Term]:
+    """Under offloading, the layer being recomputed gets its checkpointed input back on the GPU."""
+    if not (offloaded(x) and x.recipe.gradient_checkpointing):
+        return []
+    T, h, r = x.tokens, x.shapes.hidden, x.dtypes.residual
+    return [Term("temporaries", "the last layer's checkpointed input, back from CPU memory", T * h * r,
+                 f"{T} tokens x {h} x {r} B")]
+
+
+def attention_backward_temporaries(x: Setup) -> list[Term]:
+    """The math kernel's backward in the last layer: per token, 8 bytes per [heads x seq] element beside the saved
+    probabilities (in fp32 the probabilities' and the scores' gradients; in half precision the scores' gradient in
+    fp32, as autocast runs softmax in fp32, and two half-precision ones), while the part of the layer before the
+    attention (first norm, q/k/v LoRA) is still alive. Measured with the
+    tensor tracker on the T4 profile (course_utils/reference/t4): this is where fp16 recipes without the
+    fp32 upcast peak."""
+    T, h, H, S, c, d = x.tokens, x.shapes.hidden, x.shapes.heads, x.recipe.max_seq_length, x.dtypes.compute, x.dtypes
+    terms = recomputed_input(x)
+    if x.recipe.gradient_checkpointing or offloaded(x):
+        norm = norm_piece(x, 1)
+        kept = norm.per_token - (d.residual * h if (d.residual == 4 or x.recipe.liger_kernels) else 0)
+        pieces = [kept, attention_piece(x).per_token]
+        if x.full_ft:
+            pieces.append(full_ft_linear_inputs(x)[0].per_token - x.shapes.intermediate * c - 2 * h * c)
+        else:
+            pieces.append(lora_piece(x, only=ATTENTION_INPUTS).per_token)
+        per_token = sum(pieces)
+        terms.append(Term("temporaries", "last layer recomputed up to its attention: first norm, q/k/v inputs, attention",
+                          T * per_token, f"{T} tokens x {per_token:,} B"))
+    if c == 4:
+        what, arithmetic = "the probabilities' and the scores' gradients (fp32)", "(4 + 4)"
+    else:  # autocast runs softmax in fp32
+        what, arithmetic = f"the scores' gradient (fp32) + two {x.dtype(c)} [heads x seq] tensors", f"(4 + 2 x {c})"
+    terms.append(Term("temporaries", f"attention backward (math kernel): {what}", T * H * S * 8,
+                      f"{T} tokens x {H} heads x {S} x {arithmetic} B"))
+    terms.append(Term("temporaries", f"gradient of the residual stream ({x.dtype(d.residual)})", T * h * d.residual,
+                      f"{T} tokens x {h} x {d.residual} B"))
+    return terms
+
+
+def embedding_backward_temporaries(x: Setup) -> list[Term]:
+    """A full fine-tune's input embedding backward on CUDA: a zeroed table, the table's gradient, and (tied to
+    lm_head) the sum of the two gradients, each as big as the table (measured on the T4 profile)."""
+    s, g = x.shapes, x.dtypes.weight
+    n = 3 if s.tied else 2
+    what = "zeros, gradient and the tied sum" if s.tied else "zeros and gradient"
+    return [Term("temporaries", f"embedding backward: {n} tables ({what}) of {x.dtype(g)}", n * s.embed_params * g,
+                 f"{n} x {s.embed_params:,} x {g} B")]
 
 
 def optimizer_step_temporaries(x: Setup) -> list[Term]:
@@ -847,15 +909,27 @@ def candidate_moments(x: Setup) -> dict[str, list[Term]]:
     which = "micro-batch 2 or later (every gradient exists)" if accumulating else "the step's only micro-batch"
     layers = layer_activation_terms(x)
     head = head_activation_terms(x)
-    return {
+    # in the layers' backward: with accumulation every gradient exists from the second micro-batch on; under
+    # activation offloading every layer's backward needs the same memory, so the last (layer 0, with every
+    # other gradient made and the loss's kept hidden states not yet freed) is the largest
+    later = grads if accumulating else lm_head_gradient(x)
+    if offloaded(x):
+        later = grads + [t for t in head if t.name == "hidden states kept by the fused loss"]
+    moments = {
         f"in the forward of the fused loss, {which}":
             static + (grads if accumulating else []) + layers + head + loss_forward_extras(x),
         f"in the backward of the fused loss, {which}":
             static + (grads if accumulating else []) + layers + head + loss_backward_temporaries(x),
         f"in the backward of the last decoder layer, {which}":
-            static + (grads if accumulating else lm_head_gradient(x)) + layers + layer_backward_temporaries(x),
+            static + later + layers + recomputed_input(x) + layer_backward_temporaries(x),
         "in the optimizer step": static + grads + optimizer_step_temporaries(x),
     }
+    if x.kernel == "math":
+        moments[f"in the attention backward of the last decoder layer, {which}"] = (
+            static + later + layers + attention_backward_temporaries(x))
+    if x.full_ft and x.hardware.device == "cuda":
+        moments[f"in the input embedding's backward, {which}"] = static + grads + embedding_backward_temporaries(x)
+    return moments
 
 
 def lm_head_gradient(x: Setup) -> list[Term]:
@@ -876,13 +950,9 @@ def estimate_notes(x: Setup) -> list[str]:
                      "attention): the math kernel keeps [heads x seq x seq] probabilities per layer.")
     if not x.padded:
         notes.append("assumes full (unpadded) micro-batches; a padded one adds a mask and repeated k/v per layer.")
-    if x.recipe.offload_activations:
-        notes.append("activation offloading is not modelled: the activations are counted as if on the GPU "
-                     "(an upper bound).")
+    if x.recipe.offload_activations and x.hardware.device == "cuda":
+        notes.append("activation offloading: the layers' saved tensors are counted in CPU memory, not the GPU's.")
     return notes
-
-
-    return tuple(flags)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import platform
+import sys
 from dataclasses import dataclass, field
 
 GiB = 1024**3
@@ -352,16 +353,44 @@ def profile_lines() -> list[str]:
             f"               cannot emulate: {prof.cannot_emulate}"]
 
 
-def release_memory() -> None:
+def release_memory() -> int:
     """Give what this process's CUDA allocator caches back to the card (a notebook's kernel does this
-    after each demonstration, so the measuring processes after it have the card to themselves)."""
+    after each demonstration, so the measuring processes after it have the card to themselves).
+    Returns the bytes this process's allocator still holds on the GPU (0 on a CPU): what is still
+    referenced somewhere."""
     import gc
 
     import torch
 
     gc.collect()
+    if _forget_finished_overrides():
+        gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+        return torch.cuda.memory_reserved()
+    return 0
+
+
+def _forget_finished_overrides() -> int:
+    """Drop bitsandbytes' optimizer overrides for modules nothing else uses; return how many.
+
+    transformers' Trainer registers every nn.Embedding of the model with bitsandbytes'
+    GlobalOptimManager (32-bit state for embeddings) whenever it builds an 8-bit optimizer, and that
+    singleton never lets go: after `del model, trainer` the embedding table, and the card's memory
+    under it, would stay alive for as long as the kernel runs."""
+    import gc
+    import types
+
+    bnb = sys.modules.get("bitsandbytes.optim.optimizer")
+    if bnb is None:
+        return 0
+    manager = bnb.GlobalOptimManager.get_instance()
+    entries = manager.module_weight_config_triple
+    alive = [e for e in entries
+             if any(r is not e and not isinstance(r, types.FrameType) for r in gc.get_referrers(e[0]))]
+    dropped = len(entries) - len(alive)
+    entries[:] = alive
+    return dropped
 
 
 def available_bytes() -> int:

@@ -171,3 +171,29 @@ def test_missing_bf16_is_only_a_warning(monkeypatch):
     text, ok = hardware.env_report()
     assert ok is True
     assert "[WARN] native bf16" in text
+
+
+def test_release_memory_lets_go_of_a_finished_trainers_embedding():
+    """transformers' Trainer registers every nn.Embedding with bitsandbytes' GlobalOptimManager when it builds
+    an 8-bit optimizer; after `del model, trainer` that registration alone kept the table (and, on a GPU,
+    the card's memory under it) alive. release_memory drops registrations of modules nothing else uses."""
+    import gc
+    import weakref
+
+    import torch
+    from bitsandbytes.optim import GlobalOptimManager
+
+    from course_utils.hardware import release_memory
+
+    manager = GlobalOptimManager.get_instance()
+    finished, in_use = torch.nn.Embedding(8, 4), torch.nn.Embedding(8, 4)
+    for module in (finished, in_use):
+        manager.register_module_override(module, "weight", {"optim_bits": 32})
+    gone = weakref.ref(finished.weight)
+    del finished
+    gc.collect()
+    assert gone() is not None  # bitsandbytes still holds it
+    assert release_memory() == 0  # on a CPU nothing is cached on a GPU
+    assert gone() is None
+    assert any(entry[0] is in_use for entry in manager.module_weight_config_triple)  # a live model keeps its override
+    manager.module_weight_config_triple[:] = [e for e in manager.module_weight_config_triple if e[0] is not in_use]

@@ -90,30 +90,28 @@ def test_cublas_workspace_is_the_devices_default():
     assert cublas_workspace_bytes((7, 5)) == 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
-def _chapter_runs():
-    """The T4-check runs of the chapter's own recipes (the ladder, the sweeps, the source recipe)."""
-    for rec in records():
-        for m in runs(rec):
-            r = m.recipe_obj
-            tuned = r.offload_embeddings or r.offload_activations or r.liger_kernels or r.torch_compile
-            if m.fits and r.uses_lora and r.prepare_kbit and not tuned:
-                yield m
+# The one run the estimator misses by more than 3%: activation offloading on Llama-3.1-8B (trl's offloading keeps
+# about 350 MiB more on the GPU than the model counts). It is held within 5% so it cannot drift further.
+KNOWN_GAPS = {("08_beyond_the_recipe", "llama-8b", "fast, embeddings + activations on CPU (16x1)"): 0.05}
 
 
 def test_estimate_cuda_allocated_on_t4_profile():
-    """The estimate plus CUDA's own memory (cuBLAS workspaces, kernel scratch) against CUDA's allocated
-    peak of every LoRA run of the chapter's recipes in the shipped T4 check: within 3%."""
+    """The estimate plus CUDA's own memory (cuBLAS workspaces, kernel scratch) against CUDA's allocated peak,
+    and the estimate against the tensor tracker's peak, for every run of the shipped T4 check that fit: within
+    3% (the known gap above within its bound)."""
     worst, seen = [], 0
-    for m in _chapter_runs():
-        try:
+    for rec in records():
+        for m in runs(rec):
+            if not m.fits:
+                continue
             e = estimate(m.recipe_obj, hardware="t4", device_cc=(9, 0))  # a T4 profile on an H200
-        except EstimateError:
-            continue
-        seen += 1
-        err = e.cuda_allocated_bytes / m.cuda_max_allocated - 1
-        if abs(err) > 0.03:
-            worst.append((m.label, m.recipe["model"], f"{err:+.1%}"))
-    assert seen >= 30 and not worst, worst
+            seen += 1
+            bound = KNOWN_GAPS.get((rec["notebook"], rec["variant"], m.label), 0.03)
+            for what, err in (("CUDA", e.cuda_allocated_bytes / m.cuda_max_allocated - 1),
+                              ("tracker", e.peak_bytes / m.peak_bytes - 1)):
+                if abs(err) > bound:
+                    worst.append((rec["notebook"], rec["variant"], m.label, what, f"{err:+.1%}"))
+    assert seen >= 60 and not worst, worst
 
 
 def test_estimate_explains_cuda_memory_only_on_cuda():

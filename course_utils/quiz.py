@@ -135,7 +135,26 @@ def load_bank(name: str | Path) -> Bank:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise QuizError([f"{path}: not valid YAML: {e}"]) from None
-    return parse_bank(data, name=path.stem, source=str(path), path=path)
+    return parse_bank(render_figures(data, str(path)), name=path.stem, source=str(path), path=path)
+
+
+def render_figures(data: Any, source: str) -> Any:
+    """A bank's `{{ ... }}` placeholders replaced by the figures they name (course_utils.facts); every
+    placeholder that cannot be rendered is reported with its question."""
+    from .facts import FactError, render_tree
+
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        return data
+    problems, questions = [], []
+    for i, item in enumerate(data["questions"]):
+        try:
+            questions.append(render_tree(item))
+        except FactError as e:
+            qid = item.get("id") if isinstance(item, dict) else None
+            problems.append(f"{source}: question {qid or '#' + str(i + 1)!r}: {e}")
+    if problems:
+        raise QuizError(problems)
+    return {**data, "title": render_tree(data.get("title")), "questions": questions}
 
 
 def all_banks() -> list[Bank]:

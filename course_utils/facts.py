@@ -1,0 +1,307 @@
+"""Numbers by construction: every figure a quiz or a notebook's prose states comes from its source.
+
+A text writes a figure as a placeholder, `{{ expression }}` or `{{ expression :format }}` (a Python format
+spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with these names:
+
+  ref(label, model="llama-3.1-8b")  a shipped H200 reference run (course_utils/reference/), by its label
+  est(recipe, hardware="cpu")       the course's estimator: an Estimate (.peak_bytes, .by_category, ...)
+  rung(label, model="tiny")         a recipe of the chapter's ladder, built on notebook 07's base for a CPU
+  chapter(model="llama-3.1-8b")     the source chapter's recipe (QLoRA 1x16, checkpointing, paged 8-bit AdamW)
+  t4(notebook, label, variant="small")  a run of the shipped T4 check (course_utils/reference/t4/)
+  lib                               constants read from the installed libraries and the course's profiles
+  MiB, GiB                          units; mib(x) and gib(x) divide by them
+
+Anything else in a text that reads as a figure must be a definition (a dtype, a model or GPU name, a
+recipe's shape, a library version, a count up to 16), a quote of the source chapter that
+`course_utils/data/source_chapter.txt` holds, or arithmetic the text shows (`4 + 4 + 8 = 16`), which is
+checked. `unsourced(text)` lists what is left; `python -m pytest -m truth` runs it over every quiz bank
+and every notebook's markdown.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from importlib import resources
+from types import SimpleNamespace
+
+MiB, GiB = 2**20, 2**30
+PLACEHOLDER = re.compile(r"\{\{(.+?)\}\}", re.S)
+_SPEC = re.compile(r"^(.*\S)\s*:\s*([<>^=+\- #0-9,._%a-zA-Z]*)$", re.S)
+
+
+class FactError(ValueError):
+    """A placeholder that cannot be rendered: names the expression and what went wrong."""
+
+
+# --- the sources ----------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _references() -> dict:
+    from .results import reference_results
+
+    return {(m.recipe.get("model"), m.label): m for m in reference_results()}
+
+
+def ref(label: str, model: str = "llama-3.1-8b"):
+    """The shipped reference Measurement of `model` with this label."""
+    found = _references().get((model, label))
+    if found is None:
+        labels = sorted(lab for mod, lab in _references() if mod == model)
+        raise FactError(f"no reference run of {model} labelled {label!r}; there are: {labels}")
+    return found
+
+
+def est(recipe, hardware: str = "cpu"):
+    """The estimate of a Recipe on 'cpu', 'gpu' (bf16) or 't4'."""
+    from .estimate import estimate
+
+    return _estimate(recipe, hardware) if hasattr(recipe, "key") else estimate(recipe, hardware=hardware)
+
+
+@functools.lru_cache(maxsize=None)
+def _estimate(recipe, hardware: str):
+    from .estimate import estimate
+
+    return estimate(recipe, hardware=hardware)
+
+
+def rung(label: str, model: str = "tiny"):
+    """The ladder's recipe with this label, on the CPU base notebook 07 uses for `model`."""
+    from .recipe import Recipe, ladder
+
+    base = Recipe(model=model, micro_batch=4, max_seq_length=256, steps=6, learning_rate=1e-3,
+                  label="baseline (LoRA, fp32)")
+    for r in ladder(base):
+        if r.name == label:
+            return r
+    raise FactError(f"no ladder rung labelled {label!r}; there are: {[r.name for r in ladder(base)]}")
+
+
+def chapter(model: str = "llama-3.1-8b"):
+    """The source chapter's recipe."""
+    from .recipe import source_chapter_recipe
+
+    return source_chapter_recipe(model)
+
+
+def t4(notebook: str, label: str, variant: str = "small"):
+    """A Measurement of the shipped T4 check: `notebook` (its number, '07', or name), the run's label."""
+    from .t4check import record_for, runs
+
+    rec = record_for(notebook if "_" in notebook else _notebook_name(notebook), variant)
+    for m in runs(rec):
+        if m.label == label:
+            return m
+    raise FactError(f"the T4 check of {notebook} ({variant}) has no run labelled {label!r}")
+
+
+def _notebook_name(number: str) -> str:
+    from .t4check import records
+
+    names = sorted({r["notebook"] for r in records() if r["notebook"].startswith(number)})
+    if len(names) != 1:
+        raise FactError(f"no single notebook numbered {number!r}")
+    return names[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> SimpleNamespace:
+    """Constants the texts state, from the one place each is defined (tests/test_truth.py checks the estimator's
+    copies against the installed libraries' source)."""
+    from . import estimate as E
+    from .hardware import PROFILES, T4_PEAK_FLOPS
+
+    return SimpleNamespace(
+        bnb_state_block=E.BNB_8BIT_BLOCK, bnb_min_8bit_size=E.BNB_MIN_8BIT_SIZE, bnb_page_min=page_min(),
+        nf4_block=E.NF4_BLOCK, nf4_scale_block=E.NF4_SCALE_BLOCK, loss_vocab_tile=E.LOSS_VOCAB_TILE,
+        loss_token_tile=E.LOSS_TOKEN_TILE, t4_gib=PROFILES["t4"].card_bytes / GiB,
+        t4_fp16_tflops=T4_PEAK_FLOPS["fp16"] / 1e12, t4_fp32_tflops=T4_PEAK_FLOPS["fp32"] / 1e12)
+
+
+def page_min() -> int:
+    """bitsandbytes pages an optimizer state only for tensors of at least this many elements (read from its source)."""
+    import inspect
+
+    from bitsandbytes.optim.optimizer import Optimizer8bit
+
+    found = re.search(r"numel\(\)\s*<\s*([0-9.e]+)", inspect.getsource(Optimizer8bit.get_state_buffer))
+    if not found:
+        raise FactError("bitsandbytes' get_state_buffer no longer says which tensors it pages; update facts.page_min")
+    return int(float(found.group(1)))
+
+
+def shapes(model: str):
+    """A model's shapes (layers, hidden, vocab, ...), as the estimator reads them from its config."""
+    from .estimate import model_shapes
+
+    return model_shapes(model)
+
+
+@functools.lru_cache(maxsize=None)
+def _targets() -> SimpleNamespace:
+    """Notebook 08's targets (course_utils.beyond)."""
+    from . import beyond
+
+    return SimpleNamespace(lean_max_ratio=beyond.LEAN_MAX_RATIO, lean_max_gib=beyond.LEAN_MAX_GIB,
+                           fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP)
+
+
+def offline_examples() -> int:
+    """How many instruction records the course ships for offline use."""
+    from .data import _read_shipped
+
+    return len(_read_shipped())
+
+
+def namespace() -> dict:
+    """The names a placeholder may use."""
+    from .recipe import Recipe
+
+    return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
+                Recipe=Recipe,
+                offline_examples=offline_examples, MiB=MiB, GiB=GiB,
+                mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len,
+                sum=sum)
+
+
+# --- rendering ------------------------------------------------------------------------------------
+def render_value(expression: str):
+    """Evaluate one placeholder's expression (and format it, when it carries a spec)."""
+    expr, spec = expression.strip(), None
+    found = _SPEC.match(expr)
+    if found and "(" not in found.group(2):
+        expr, spec = found.group(1), found.group(2)
+    try:
+        value = eval(expr, {"__builtins__": {}}, namespace())  # noqa: S307 (the banks are the course's own files)
+    except FactError:
+        raise
+    except Exception as exc:
+        raise FactError(f"{{{{ {expression.strip()} }}}}: {type(exc).__name__}: {exc}") from None
+    return format(value, spec) if spec is not None else value
+
+
+def render(text: str) -> str:
+    """Every placeholder in `text` replaced by its value."""
+    def one(match: re.Match) -> str:
+        value = render_value(match.group(1))
+        return value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+
+    return PLACEHOLDER.sub(one, text)
+
+
+def render_tree(data):
+    """render() applied to every string of parsed YAML; a string that is one placeholder keeps its value's type."""
+    if isinstance(data, dict):
+        return {k: render_tree(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [render_tree(v) for v in data]
+    if isinstance(data, str):
+        whole = PLACEHOLDER.fullmatch(data.strip())
+        if whole:
+            value = render_value(whole.group(1))
+            return value if isinstance(value, (int, float)) else str(value)
+        return render(data) if "{{" in data else data
+    return data
+
+
+# --- what needs no source -------------------------------------------------------------------------
+_UNIT = r"(?:\s*(?:%|x\b|×|GiB|MiB|KiB|GB|MB|KB|B\b|bytes?\b|tokens/s|s\b|min\b|TFLOP|GFLOP))"
+DEFINITIONS = [
+    r"`[^`]*`",  # code: API names and arguments
+    r"\b\d+-bits?\b", r"\b\d+\s?bits\b(?= (?:per|each|wide|index|values?))", r"\b(?:fp|bf|int|uint|nf|NF|FP|BF|INT)\d+\b",
+    r"\bLlama-\d(?:\.\d)?(?:-\d+[Bb])?", r"\bSmolLM2-\d+M\b", r"\b\d+B\b",  # model names and sizes
+    r"\b(?:T4|H100|H200|A100|A10G?|L4|V100|RTX ?\d+\w*|sm_\d+)\b", r"\b[Cc]ompute capability (?:is |of )?\d\.\d\+?",
+    r"\b\d\.\d(?= or (?:more|later|newer))", r"\bT4 is \d\.\d",
+    r"\b(?:1|2|4|8|16|32)\s*[x×]\s*(?:1|2|4|8|16|32)(?:\s*[x×]\s*(?:64|128|256|512|1,?024|2,?048))?\b(?!\s*[x×])",
+    r"\b(?:[Nn]otebooks?|[Cc]ells?|[Qq]uiz|[Ss]tep|[Ii]ssue) \d+(?:(?:, | and | or |-)\d+)*\b", r"^#+ \d\d\b",
+    r"\b\d\d_[a-z_0-9]+", r"\b\d{4}-\d\d-\d\d\b",
+    r"\b(?:trl|transformers|peft|bitsandbytes|torch|PyTorch|ipywidgets|[Pp]ython|nbval|[Jj]upyter[Ll]ab|CUDA|datasets|"
+    r"accelerate|Unsloth|Liger|numpy) \d+(?:\.\d+)*(?:\.x)?\b", r"\b\d+\.x\b",
+    r"\bLlama-3's\b", r"\b[Ss]ection \d+", r"\bv\d+(?:\.\d+)+\b", r"\bHTTP \d+|\b40[13]\b",
+    r"\b[1248] ?(?:bytes?|B)\b",  # an element's size in a dtype
+    r"\b(?:micro-batch(?:es)?|sequences?(?: length)?|seq|rank|r|alpha|lora_alpha|max_length|effective batch(?: of)?)"
+    r"(?: of)?[ =]\d[\d,]*\b",  # a recipe's knobs
+    r"\b\d+ (?:optimizer |timed |warm-up |training )?steps?\b", r"\b\d+-step\b",
+    r"\b(?:64|128|256|512|1,?024|2,?048) tokens\b",
+    r"\b(?:1|2|4|8|16|32)\s*[x×]\s*(?:64|128|256|512|1,?024|2,?048)\b", r"\b\d+k\b",
+    r"\b\d+ ?G(?:i)?B (?:cards?|GPUs?)\b", r"\ban? \d+ ?G(?:i)?B\b(?= (?:card|GPU))",
+]
+_DEFINITION = re.compile("|".join(f"(?:{d})" for d in DEFINITIONS), re.M)
+_SMALL_COUNT = re.compile(rf"(?<![\w.,])(?:[0-9]|1[0-6])(?![\w.,]|{_UNIT})")
+_NUMBER = re.compile(r"(?<![\w.])~?\d[\d,]*(?:\.\d+)?(?:e[+-]?\d+)?")
+_ARITH = re.compile(r"(\d[\d,]*(?:\.\d+)?)((?:\s*(?:[+x×*/−-])\s*\d[\d,]*(?:\.\d+)?)+)\s*=\s*(\d[\d,]*(?:\.\d+)?)")
+
+
+@functools.lru_cache(maxsize=None)
+def source_chapter() -> str:
+    """The source chapter's text, as shipped (course_utils/data/source_chapter.txt)."""
+    return resources.files("course_utils").joinpath("data/source_chapter.txt").read_text(encoding="utf-8")
+
+
+def _quotes(text: str) -> list[tuple[int, int]]:
+    """Spans of double-quoted passages that the source chapter holds, word for word."""
+    chapter = " ".join(source_chapter().split())
+    spans = []
+    for m in re.finditer(r'"([^"\n]{3,200})"|“([^”]{3,200})”', text):
+        quoted = " ".join((m.group(1) or m.group(2)).split())
+        if quoted in chapter:
+            spans.append(m.span())
+    return spans
+
+
+def _arithmetic_ok(terms: str, result: str) -> bool:
+    expr = terms.replace(",", "").replace("×", "*").replace("x", "*").replace("−", "-")
+    try:
+        value = eval(expr, {"__builtins__": {}}, {})  # noqa: S307 (digits and operators only)
+    except Exception:
+        return False
+    shown = float(result.replace(",", ""))
+    decimals = len(result.split(".")[1]) if "." in result else 0
+    return abs(value - shown) <= 0.5 * 10**-decimals + 1e-9 * abs(shown)
+
+
+@dataclass(frozen=True)
+class Unsourced:
+    """A figure in a text with no source: the number and its context."""
+
+    number: str
+    context: str
+
+    def __str__(self) -> str:
+        return f"{self.number!r} in ...{self.context}..."
+
+
+PINNED = re.compile(r"(~?\d[\d,]*(?:\.\d+)?)<!--\{\{(.+?)\}\}-->", re.S)
+
+
+def pinned(text: str) -> list[tuple[str, str, str]]:
+    """Figures written out in a text that cannot render (a notebook's markdown, the README) with their source in
+    a comment right after them, `8.2<!--{{ expr :.1f }}-->`: (as written, as the source gives it, expression)."""
+    out = []
+    for m in PINNED.finditer(text):
+        value = render_value(m.group(2))
+        shown = value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+        out.append((m.group(1), shown, m.group(2).strip()))
+    return out
+
+
+def unsourced(text: str) -> list[Unsourced]:
+    """The figures in `text` that no placeholder, definition, chapter quote or shown arithmetic accounts for.
+    A pinned figure (see pinned()) whose source now gives another value is reported as stale."""
+    stale = [Unsourced(written, f"stale: {{{{ {expr} }}}} now gives {now}")
+             for written, now, expr in pinned(text) if written != now]
+    text = PINNED.sub(" § ", text)
+    body = PLACEHOLDER.sub(" § ", text).replace("**", "").replace("\\*", "*")
+    blank = lambda s, spans: "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(s))
+    body = blank(body, _quotes(body))
+    wrong = []
+    for m in _ARITH.finditer(body):
+        if not _arithmetic_ok(m.group(1) + m.group(2), m.group(3)):
+            wrong.append(Unsourced(m.group(0), f"arithmetic that does not hold: {m.group(0)}"))
+    body = blank(body, [m.span() for m in _ARITH.finditer(body)])
+    body = _DEFINITION.sub(lambda m: " " * len(m.group(0)), body)
+    body = _SMALL_COUNT.sub(" ", body)
+    found = [Unsourced(m.group(0), " ".join(body[max(0, m.start() - 40):m.end() + 25].split()))
+             for m in _NUMBER.finditer(body)]
+    return stale + wrong + found

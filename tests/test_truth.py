@@ -1,0 +1,109 @@
+"""Every figure the quiz banks and the notebooks' prose state has a source (course_utils.facts).
+
+    python -m pytest -m truth
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from course_utils import facts
+from course_utils.quiz import load_bank, quiz_dir
+
+pytestmark = pytest.mark.truth
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_KEYS = ("title", "prompt", "text", "explanation", "hint")
+
+
+def bank_texts(path: Path):
+    """(where, text) for every text of a bank, as written (placeholders unrendered)."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    yield f"{path.name}: title", data["title"]
+    for q in data["questions"]:
+        where = f"{path.name}: {q['id']}"
+        for key in TEXT_KEYS:
+            if isinstance(q.get(key), str):
+                yield f"{where} {key}", q[key]
+        for i, c in enumerate(q.get("choices", [])):
+            yield f"{where} choice {i + 1}", c["text"] if isinstance(c["text"], str) else str(c["text"])
+            yield f"{where} choice {i + 1} explanation", c["explanation"]
+        for w in q.get("wrong_answers", []):
+            yield f"{where} wrong answer {w['answer']}", w["explanation"]
+        if q.get("type") == "numeric" and not isinstance(q["answer"], str):
+            # a typed answer is a figure too: a count, or the result of arithmetic its explanation shows
+            shown = facts.unsourced(q["explanation"]) == [] and f"= {q['answer']}" in q["explanation"].replace("**", "")
+            if not shown:
+                yield f"{where} answer", str(q["answer"])
+
+
+def notebook_texts(path: Path):
+    """(where, text) for every markdown cell of a notebook."""
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "markdown":
+            text = "".join(cell["source"])
+            text = "\n".join(line for line in text.splitlines() if "colab-badge" not in line)
+            yield f"{path.name}: cell {i}", text
+
+
+def every_text():
+    for path in sorted(quiz_dir().glob("*.yaml")):
+        yield from bank_texts(path)
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        yield from notebook_texts(path)
+
+
+def test_every_figure_has_a_source():
+    problems = [f"{where}: {u}" for where, text in every_text() for u in facts.unsourced(text)]
+    assert not problems, f"{len(problems)} figures without a source:\n" + "\n".join(problems)
+
+
+def test_every_bank_renders():
+    for path in sorted(quiz_dir().glob("*.yaml")):
+        load_bank(path)  # raises QuizError naming any placeholder that cannot be rendered
+
+
+def test_a_typed_figure_fails_and_a_placeholder_passes():
+    assert [u.number for u in facts.unsourced("the run peaked at 42.7 MiB")] == ["42.7"]
+    assert facts.unsourced("the run peaked at {{ ref('QLoRA 16x1').peak_bytes / MiB :.1f }} MiB") == []
+    assert facts.unsourced("two fp32 states: 4 + 4 = 8 bytes; QLoRA 16x1 on Llama-3.1-8B, trl 1.16") == []
+    wrong = facts.unsourced("4 + 4 + 8 = 20 bytes")
+    assert wrong and "does not hold" in wrong[0].context
+    assert facts.unsourced('the chapter says "~30% memory reduction"') == []  # a quote the chapter holds
+    assert [u.number for u in facts.unsourced('the chapter says "~35% memory reduction"')] == ["~35%"[:3]]
+
+
+def test_a_placeholder_follows_its_source(monkeypatch):
+    m = facts.ref("QLoRA 16x1")
+    text = "{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }} GiB"
+    assert facts.render(text) == f"{m.cuda_max_allocated / 2**30:.2f} GiB"
+    monkeypatch.setattr(m, "cuda_max_allocated", 2**30 * 3)
+    assert facts.render(text) == "3.00 GiB"
+
+
+def test_library_constants_match_the_installed_libraries():
+    import inspect
+
+    from bitsandbytes.optim.optimizer import Optimizer2State, Optimizer8bit
+
+    from course_utils import estimate as E
+
+    init = inspect.getsource(Optimizer2State.init_state)
+    assert f"blocksize = {E.BNB_8BIT_BLOCK}" in init
+    assert inspect.signature(Optimizer8bit.__init__).parameters  # the class still exists
+    from bitsandbytes.optim import AdamW8bit
+
+    assert inspect.signature(AdamW8bit.__init__).parameters["min_8bit_size"].default == E.BNB_MIN_8BIT_SIZE
+    assert facts.page_min() == 100_000
+
+
+def test_a_pinned_figure_goes_stale_with_its_source(monkeypatch):
+    m = facts.ref("QLoRA 16x1")
+    now = f"{m.cuda_max_allocated / 2**30:.2f}"
+    text = f"it allocated {now}<!--{{{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}}}--> GiB"
+    assert facts.unsourced(text) == []
+    monkeypatch.setattr(m, "cuda_max_allocated", 2**30 * 3)
+    assert "stale" in facts.unsourced(text)[0].context

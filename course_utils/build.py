@@ -334,11 +334,13 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
 
 
 @releases_memory
-def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool, seq: int = 64) -> tuple[int, int]:
+def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
+                                   seq: int = 64) -> tuple[int, int, str]:
     """One forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
-    got a gradient, LoRA tensors in all). Shows why reentrant checkpointing needs input gradients:
-    it only back-propagates through a checkpointed layer if one of the layer's inputs requires grad,
-    and with a frozen base model none does."""
+    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
+    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
+    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
+    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
     import warnings
 
     import torch
@@ -357,11 +359,14 @@ def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
         loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
-        if loss.requires_grad:
+        try:
             loss.backward()
+            error = ""
+        except RuntimeError as exc:  # what a learner's Trainer shows
+            error = f"RuntimeError: {str(exc).splitlines()[0]}"
     lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
     with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
-    return with_grad, len(lora)
+    return with_grad, len(lora), error
 
 
 def set_seed_all(seed: int) -> None:

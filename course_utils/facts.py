@@ -8,6 +8,8 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   rung(label, model="tiny")         a recipe of the chapter's ladder, built on notebook 07's base for a CPU
   chapter(model="llama-3.1-8b")     the source chapter's recipe (QLoRA 1x16, checkpointing, paged 8-bit AdamW)
   t4(notebook, label, variant="small")  a run of the shipped T4 check (course_utils/reference/t4/)
+  beyond(label, run="")             a shipped run of notebook 08's recipes (course_utils/reference/beyond/)
+  shapes(model), nf4_bits(dq)       a model's shapes; bits per weight of NF4 (with double quant)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
 
@@ -76,6 +78,16 @@ def rung(label: str, model: str = "tiny"):
         if r.name == label:
             return r
     raise FactError(f"no ladder rung labelled {label!r}; there are: {[r.name for r in ladder(base)]}")
+
+
+def beyond_run(label: str, run: str = "", model: str = "llama-3.1-8b"):
+    """A shipped run of scripts/beyond_recipe.py (run "": the side-by-side run, "explore", "plan-check"), by label."""
+    from . import beyond
+
+    found = beyond.by_label(beyond.reference(model, run))
+    if label not in found:
+        raise FactError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
+    return found[label]
 
 
 def chapter(model: str = "llama-3.1-8b"):
@@ -147,6 +159,13 @@ def _targets() -> SimpleNamespace:
                            fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP)
 
 
+def nf4_bits(double_quant: bool = True) -> float:
+    """Bits per weight of an NF4 layer of Llama-3.1-8B's size: 4 + its scales (estimate.nf4_bits_per_param)."""
+    from .estimate import nf4_bits_per_param
+
+    return nf4_bits_per_param(double_quant)
+
+
 def offline_examples() -> int:
     """How many instruction records the course ships for offline use."""
     from .data import _read_shipped
@@ -159,7 +178,7 @@ def namespace() -> dict:
     from .recipe import Recipe
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
-                Recipe=Recipe,
+                Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run,
                 offline_examples=offline_examples, MiB=MiB, GiB=GiB,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len,
                 sum=sum)
@@ -211,8 +230,8 @@ DEFINITIONS = [
     r"`[^`]*`",  # code: API names and arguments
     r"\b\d+-bits?\b", r"\b\d+\s?bits\b(?= (?:per|each|wide|index|values?))", r"\b(?:fp|bf|int|uint|nf|NF|FP|BF|INT)\d+\b",
     r"\bLlama-\d(?:\.\d)?(?:-\d+[Bb])?", r"\bSmolLM2-\d+M\b", r"\b\d+B\b",  # model names and sizes
-    r"\b(?:T4|H100|H200|A100|A10G?|L4|V100|RTX ?\d+\w*|sm_\d+)\b", r"\b[Cc]ompute capability (?:is |of )?\d\.\d\+?",
-    r"\b\d\.\d(?= or (?:more|later|newer))", r"\bT4 is \d\.\d",
+    r"\bT4 is \d\.\d", r"\b[Cc]ompute capability (?:is |of )?\d\.\d\+?", r"\b\d\.\d(?= or (?:more|later|newer))",
+    r"\b(?:T4|H100|H200|A100|A10G?|L4|V100|RTX ?\d+\w*|sm_\d+)\b",  # GPUs and their capabilities
     r"\b(?:1|2|4|8|16|32)\s*[x×]\s*(?:1|2|4|8|16|32)(?:\s*[x×]\s*(?:64|128|256|512|1,?024|2,?048))?\b(?!\s*[x×])",
     r"\b(?:[Nn]otebooks?|[Cc]ells?|[Qq]uiz|[Ss]tep|[Ii]ssue) \d+(?:(?:, | and | or |-)\d+)*\b", r"^#+ \d\d\b",
     r"\b\d\d_[a-z_0-9]+", r"\b\d{4}-\d\d-\d\d\b",
@@ -291,15 +310,25 @@ def unsourced(text: str) -> list[Unsourced]:
     A pinned figure (see pinned()) whose source now gives another value is reported as stale."""
     stale = [Unsourced(written, f"stale: {{{{ {expr} }}}} now gives {now}")
              for written, now, expr in pinned(text) if written != now]
-    text = PINNED.sub(" § ", text)
-    body = PLACEHOLDER.sub(" § ", text).replace("**", "").replace("\\*", "*")
+    text = text.replace("**", "").replace("\\*", "*")
+    # a pinned figure stays as written and a placeholder becomes its value, both marked as sourced, so that
+    # arithmetic written around them is checked with the real numbers
+    sourced, parts, at = [], [], 0
+    for m in re.finditer(f"{PINNED.pattern}|{PLACEHOLDER.pattern}", text, re.S):
+        parts.append(text[at:m.start()])
+        start = sum(len(x) for x in parts)
+        figure = m.group(1) if m.group(1) is not None else render(m.group(0))
+        parts.append(figure)
+        sourced.append((start, start + len(figure)))
+        at = m.end()
+    body = "".join(parts) + text[at:]
     blank = lambda s, spans: "".join(" " if any(a <= i < b for a, b in spans) else ch for i, ch in enumerate(s))
     body = blank(body, _quotes(body))
     wrong = []
     for m in _ARITH.finditer(body):
         if not _arithmetic_ok(m.group(1) + m.group(2), m.group(3)):
             wrong.append(Unsourced(m.group(0), f"arithmetic that does not hold: {m.group(0)}"))
-    body = blank(body, [m.span() for m in _ARITH.finditer(body)])
+    body = blank(body, [m.span() for m in _ARITH.finditer(body)] + sourced)
     body = _DEFINITION.sub(lambda m: " " * len(m.group(0)), body)
     body = _SMALL_COUNT.sub(" ", body)
     found = [Unsourced(m.group(0), " ".join(body[max(0, m.start() - 40):m.end() + 25].split()))

@@ -29,6 +29,7 @@ from .results import Measurement, ResultStore, default_store
 
 PROGRESS = "@@course-progress"
 LAUNCHED_ENV = "COURSE_LAUNCHED_AT"  # when the parent started a measuring child (time.time())
+RUN_ID_ENV = "COURSE_RUN_ID"  # the measurement run a result belongs to (scripts/reference_runs.py sets it)
 
 
 class MeasurementError(RuntimeError):
@@ -136,7 +137,8 @@ def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
 
     env = environment()
     return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
-                       status="does_not_fit", error=why, date=_now(), command=_command())
+                       status="does_not_fit", error=why, date=_now(), command=_command(),
+                       run_id=os.environ.get(RUN_ID_ENV, ""))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,7 +296,7 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     tracker = MemoryTracker(device, budget_bytes=budget)
     probe = _Probe(recipe, tracker, device, report_progress)
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
-                date=_now(), command=_command())
+                date=_now(), command=_command(), run_id=os.environ.get(RUN_ID_ENV, ""))
     workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
     try:
         built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)

@@ -129,15 +129,27 @@ def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
 
 
 def describe_reference(ms) -> str:
-    """One line of provenance for reference points: GPU, driver, versions, date, command."""
+    """One line of provenance for reference points: GPU, driver, versions, and each measurement run shown
+    (its id, date and command): ratios between points are only meaningful within one run."""
     if not ms:
         return "no reference points"
     env = ms[0].env
     v = env["versions"]
+    runs: dict[str, list] = {}
+    for m in ms:
+        runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
+    shown = "; ".join(f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
+                      else f"`{key}`" for key, group in runs.items())
     return (f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')}), torch {v['torch']}, "
             f"transformers {v['transformers']}, peft {v['peft']}, trl {v['trl']}, bitsandbytes {v['bitsandbytes']}"
-            + (f", liger-kernel {v['liger-kernel']}" if "liger-kernel" in v else "") + "; "
-            f"{ms[0].date[:10]}; `{ms[0].command}`")
+            + (f", liger-kernel {v['liger-kernel']}" if "liger-kernel" in v else "") + "; " + shown)
+
+
+def _base_command(command: str) -> str:
+    """A reference run's command without the parts that split one run over several calls (--first, --only)."""
+    import re
+
+    return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")
 
 
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):

@@ -48,6 +48,7 @@ class Measurement:
     command: str = ""
     schema: int = SCHEMA_VERSION
     source: str = "measured here"  # or "reference: <file>" for shipped results
+    run_id: str = ""  # the measurement run it belongs to ($COURSE_RUN_ID): ratios are taken within one run
     cached: bool = field(default=False, compare=False)
 
     @property

@@ -10,10 +10,11 @@ records the GPU, driver, CUDA, library versions, date and this command.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
-from course_utils.measure import measure
+from course_utils.measure import RUN_ID_ENV, measure
 from course_utils.models import preset_path
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import ResultStore, format_table
@@ -56,7 +57,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps per run (1 warm-up, 1 tracked)")
     parser.add_argument("--first", type=int, default=None, help="only the first N recipes of the set")
     parser.add_argument("--only", action="append", default=None, help="only the recipe with this label (repeatable)")
+    parser.add_argument("--run-id", default=None,
+                        help="the measurement run these results belong to (default: ref-<UTC date and time>); "
+                             "give the same id to calls that together measure one set")
     args = parser.parse_args()
+    os.environ[RUN_ID_ENV] = args.run_id or time.strftime("ref-%Y%m%d-%H%M", time.gmtime())
 
     import torch
 

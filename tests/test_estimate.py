@@ -203,6 +203,19 @@ def test_expected_memory_table_rows_and_labels():
                 assert cell.estimate.peak_bytes == pytest.approx(cell.measured.peak_bytes, rel=TOLERANCE)
     text = format_expected_table(rows)
     assert "measured" in text and "estimated" in text and "~8-10GB" in text
+    # both readings of "without optimization": pure bf16 AdamW (measured) and standard mixed precision
+    assert "4 + 4 + 2 x 4 = 16 bytes per" in text and "Its loss per step" in text
+    assert max(len(line) for line in text.splitlines()) <= 118  # a notebook's output fits without wrapping
+
+
+def test_readme_shows_the_expected_table_as_printed():
+    from pathlib import Path
+
+    from course_utils.estimate import expected_memory_table, format_expected_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- expected-table -->\n```\n", 1)[1].split("\n```\n<!-- /expected-table -->", 1)[0]
+    assert block == format_expected_table(expected_memory_table())
 
 
 def test_course_estimate_prints_the_table(capsys):

@@ -107,3 +107,13 @@ def test_a_pinned_figure_goes_stale_with_its_source(monkeypatch):
     assert facts.unsourced(text) == []
     monkeypatch.setattr(m, "cuda_max_allocated", 2**30 * 3)
     assert "stale" in facts.unsourced(text)[0].context
+
+
+def test_the_8b_reference_runs_are_one_measurement_run():
+    """Every ratio the notebooks print between Llama-3.1-8B reference runs is taken within one measurement run."""
+    from course_utils.notebook import describe_reference
+    from course_utils.results import reference_results
+
+    ms = [m for m in reference_results() if m.recipe["model"] == "llama-3.1-8b"]
+    assert len(ms) >= 12 and ms[0].run_id and {m.run_id for m in ms} == {ms[0].run_id}
+    assert f"run {ms[0].run_id}" in describe_reference(ms)

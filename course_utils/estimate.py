@@ -52,6 +52,7 @@ DQ_CODE_BYTES = 256 * 4 + 4  # ... and, with double quant, a 256-value code book
 BNB_8BIT_BLOCK = 256  # elements per fp32 scale of 8-bit optimizer state
 BNB_MIN_8BIT_SIZE = 4096  # smaller tensors keep 32-bit optimizer state
 BNB_QMAP_BYTES = 2 * 256 * 4  # the two shared 8-bit quantization maps
+BNB_PAGE_MIN = 100_000  # paged optimizers page the state of tensors with at least this many elements
 
 ATTENTION_INPUTS = ("q_proj", "k_proj", "v_proj")  # linears fed by the layer's first norm
 
@@ -518,15 +519,30 @@ def optimizer_terms(x: Setup) -> list[Term]:
 
 
 def bnb_8bit_terms(x: Setup) -> list[Term]:
-    """bitsandbytes 8-bit state: 2 B/param + fp32 scales; 32-bit for small tensors and embeddings."""
+    """bitsandbytes 8-bit state: 2 B/param + fp32 scales; 32-bit for small tensors and embeddings. A paged
+    optimizer on CUDA puts the states of tensors with BNB_PAGE_MIN elements or more in unified memory, outside
+    PyTorch's allocator (and so outside what the estimate, the tracker and max_memory_allocated count)."""
     tensors = trainable_tensors(x)
     eight = [(n, e, c) for n, e, c in tensors if e >= BNB_MIN_8BIT_SIZE and n != "embed_tokens"]
     wide = [(n, e, c) for n, e, c in tensors if (n, e, c) not in eight]
+    terms = []
+    if x.recipe.optimizer.startswith("paged") and x.hardware.device == "cuda":
+        paged = [(n, e, c) for n, e, c in tensors if e >= BNB_PAGE_MIN]
+        if paged:
+            states = sum(e * c * (2 if (n, e, c) in eight else 8) for n, e, c in paged)
+            terms.append(Term("optimizer", f"states of the {sum(c for *_, c in paged)} tensors of {BNB_PAGE_MIN:,}+ "
+                              f"elements: paged, in unified memory outside PyTorch's allocator ({states / GiB:.2f} GiB)",
+                              0, ""))
+        eight = [t for t in eight if t not in paged]
+        wide = [t for t in wide if t not in paged]
+        scales_of = [(n, e, c) for n, e, c in tensors if e >= BNB_MIN_8BIT_SIZE and n != "embed_tokens"]
+    else:
+        scales_of = eight
     n8 = sum(e * c for _, e, c in eight)
-    scales = sum(math.ceil(e / BNB_8BIT_BLOCK) * c for _, e, c in eight)
-    terms = [Term("optimizer", f"{x.recipe.optimizer}: two 8-bit states + an fp32 scale per {BNB_8BIT_BLOCK}",
-                  2 * n8 + 2 * scales * 4 + (BNB_QMAP_BYTES if eight else 0),
-                  f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB of maps")]
+    scales = sum(math.ceil(e / BNB_8BIT_BLOCK) * c for _, e, c in scales_of)  # the scales are never paged
+    terms.insert(0, Term("optimizer", f"{x.recipe.optimizer}: two 8-bit states + an fp32 scale per {BNB_8BIT_BLOCK}",
+                         2 * n8 + 2 * scales * 4 + (BNB_QMAP_BYTES if scales_of else 0),
+                         f"2 x {n8:,} x 1 B + 2 x {scales:,} x 4 B + 2 KiB of maps"))
     n32 = sum(e * c for _, e, c in wide)
     if n32:
         why = []
@@ -952,6 +968,12 @@ def estimate_notes(x: Setup) -> list[str]:
         notes.append("assumes full (unpadded) micro-batches; a padded one adds a mask and repeated k/v per layer.")
     if x.recipe.offload_activations and x.hardware.device == "cuda":
         notes.append("activation offloading: the layers' saved tensors are counted in CPU memory, not the GPU's.")
+    if x.recipe.optimizer.startswith("paged") and x.hardware.device == "cuda":
+        paged = sum(e * c for _, e, c in trainable_tensors(x) if e >= BNB_PAGE_MIN)
+        notes.append(f"paged optimizer: the state of tensors with {BNB_PAGE_MIN:,} elements or more "
+                     f"({paged:,} parameters) lives in unified memory, outside PyTorch's allocator and this "
+                     "estimate; the GPU holds it while there is room." if paged else
+                     f"paged optimizer: no trainable tensor has {BNB_PAGE_MIN:,} elements or more, so nothing is paged.")
     return notes
 
 

@@ -10,6 +10,10 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   t4(notebook, label, variant="small")  a run of the shipped T4 check (course_utils/reference/t4/)
   beyond(label, run="")             a shipped run of notebook 08's recipes (course_utils/reference/beyond/)
   shapes(model), nf4_bits(dq)       a model's shapes; bits per weight of NF4 (with double quant)
+  peer(batch, name="unsloth")       a peer stack's figures from course_utils/reference/beyond/peers.json
+  planner(model, budget, hardware)  course_utils.plan.plan(...): its rows, its pick (with .speed)
+  accuracy()                        the estimate against every GPU reference run (scripts/estimator_accuracy.py)
+  curves(run="")                    how notebook 08's loss curves agree with the source recipe's
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
 
@@ -122,17 +126,21 @@ def _lib() -> SimpleNamespace:
     """Constants the texts state, from the one place each is defined (tests/test_truth.py checks the estimator's
     copies against the installed libraries' source)."""
     from . import estimate as E
+    from . import plan as P
     from .hardware import PROFILES, T4_PEAK_FLOPS
 
     return SimpleNamespace(
-        bnb_state_block=E.BNB_8BIT_BLOCK, bnb_min_8bit_size=E.BNB_MIN_8BIT_SIZE, bnb_page_min=page_min(),
+        bnb_state_block=E.BNB_8BIT_BLOCK, bnb_min_8bit_size=E.BNB_MIN_8BIT_SIZE, bnb_page_min=E.BNB_PAGE_MIN,
         nf4_block=E.NF4_BLOCK, nf4_scale_block=E.NF4_SCALE_BLOCK, loss_vocab_tile=E.LOSS_VOCAB_TILE,
         loss_token_tile=E.LOSS_TOKEN_TILE, t4_gib=PROFILES["t4"].card_bytes / GiB,
-        t4_fp16_tflops=T4_PEAK_FLOPS["fp16"] / 1e12, t4_fp32_tflops=T4_PEAK_FLOPS["fp32"] / 1e12)
+        t4_fp16_tflops=T4_PEAK_FLOPS["fp16"] / 1e12, t4_fp32_tflops=T4_PEAK_FLOPS["fp32"] / 1e12,
+        margin_factor=P.MARGIN_FACTOR, margin_gib=P.MARGIN_GIB, cuda_context_gib=P.CUDA_CONTEXT_GIB)
 
 
 def page_min() -> int:
-    """bitsandbytes pages an optimizer state only for tensors of at least this many elements (read from its source)."""
+    """bitsandbytes pages an optimizer state only for tensors of at least this many elements, read from its source
+    (importing bitsandbytes takes seconds: the texts use estimate.BNB_PAGE_MIN, which tests/test_truth.py checks
+    against this)."""
     import inspect
 
     from bitsandbytes.optim.optimizer import Optimizer8bit
@@ -166,6 +174,100 @@ def nf4_bits(double_quant: bool = True) -> float:
     return nf4_bits_per_param(double_quant)
 
 
+def peer(batch: str, name: str = "unsloth") -> SimpleNamespace:
+    """A peer stack's run at this batching ("1x16", "16x1"), from peers.json: .peak_allocated_gib,
+    .tokens_per_s, .version, ..."""
+    from .beyond import peers
+
+    p = peers()[name]
+    for run in p["runs"]:
+        if run["batch"] == batch:
+            return SimpleNamespace(version=p["version"], **run)
+    raise FactError(f"{name} has no run at {batch!r}; there are: {[r['batch'] for r in p['runs']]}")
+
+
+@functools.lru_cache(maxsize=None)
+def planner(model: str = "llama-3.1-8b", budget: str | None = None, hardware: str = "gpu"):
+    """The budget planner's Plan (course_utils.plan.plan): .rows (every candidate), .pick (.speed.tokens_per_s)."""
+    from .plan import plan
+
+    return plan(model, budget, hardware=hardware)
+
+
+@dataclass(frozen=True)
+class _Run:
+    model: str
+    label: str
+    chapter: bool  # a run of course_utils/reference/ (the chapter's techniques), not of reference/beyond/
+    measured: object
+    estimated: object
+
+    @property
+    def error(self) -> float:
+        """The estimate's peak against the tracked peak, in percent."""
+        return 100 * (self.estimated.peak_bytes - self.measured.peak_bytes) / self.measured.peak_bytes
+
+
+class Accuracy:
+    """The estimate for a bf16 GPU against every shipped GPU reference run (what scripts/estimator_accuracy.py
+    prints), and the planner's margin against what CUDA reserved in each (plan.margin_calibration)."""
+
+    def __init__(self):
+        from .estimate import estimate
+        from .plan import margin_calibration
+        from .results import all_reference_results, reference_results
+
+        key = lambda m: (m.recipe["model"], m.label, m.date)  # noqa: E731
+        chapter = {key(m) for m in reference_results()}
+        self.runs = [_Run(m.recipe["model"], m.label, key(m) in chapter, m, estimate(m.recipe_obj, hardware="gpu"))
+                     for m in all_reference_results()]
+        checks = margin_calibration()
+        self.margin_runs, self.margin_covered = len(checks), sum(c.covered for c in checks)
+
+    def _select(self, chapter=None, but=()):
+        return [r for r in self.runs if (chapter is None or r.chapter == chapter) and r.label not in but]
+
+    def count(self, chapter=None, within=None, but=()) -> int:
+        """How many runs (of the chapter's, chapter=True; of notebook 08's, False) miss by at most `within` %."""
+        return sum(within is None or abs(r.error) <= within for r in self._select(chapter, but))
+
+    def largest(self, chapter=None, but=()) -> float:
+        """The largest miss at the peak, in percent (absolute), leaving out the runs labelled in `but`."""
+        return max(abs(r.error) for r in self._select(chapter, but))
+
+    def run(self, label: str, model: str = "llama-3.1-8b") -> _Run:
+        found = [r for r in self.runs if r.label == label and r.model == model]
+        if len(found) != 1:
+            raise FactError(f"{len(found)} GPU reference runs of {model} labelled {label!r}")
+        return found[0]
+
+    def error(self, label: str, model: str = "llama-3.1-8b") -> float:
+        """The estimate's miss at the peak of this run, in percent (signed)."""
+        return self.run(label, model).error
+
+    def miss(self, label: str, category: str, model: str = "llama-3.1-8b") -> int:
+        """Bytes of `category` the run measured beyond the estimate (negative: the estimate is over)."""
+        r = self.run(label, model)
+        return r.measured.peak_by_category.get(category, 0) - r.estimated.by_category.get(category, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def accuracy() -> Accuracy:
+    return Accuracy()
+
+
+def curves(run: str = "", model: str = "llama-3.1-8b") -> SimpleNamespace:
+    """Notebook 08's loss curves against the source recipe's in one shipped run: .max_gap (the largest gap of
+    any recipe's per-step loss from the source's), .fall (how far the source's loss fell), .steps."""
+    from . import beyond
+
+    ms = beyond.reference(model, run)
+    src = next(m for m in ms if m.label.startswith("source"))
+    agree = [beyond.loss_agreement(src, m) for m in ms if m is not src and len(m.losses) > 2]
+    return SimpleNamespace(max_gap=max(a["max_gap"] for a in agree), fall=agree[0]["fall_a"],
+                           steps=min(a["steps"] for a in agree))
+
+
 def offline_examples() -> int:
     """How many instruction records the course ships for offline use."""
     from .data import _read_shipped
@@ -179,7 +281,8 @@ def namespace() -> dict:
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run,
-                offline_examples=offline_examples, MiB=MiB, GiB=GiB,
+                offline_examples=offline_examples, peer=peer, planner=planner, accuracy=accuracy, curves=curves,
+                MiB=MiB, GiB=GiB,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len,
                 sum=sum)
 

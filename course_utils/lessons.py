@@ -112,3 +112,34 @@ def lora_trainable(model: str, recipe: Recipe) -> dict[str, int]:
                if name.rsplit(".", 1)[-1] in recipe.lora_targets)
     return {"all": sum(p.numel() for p in shape.parameters()), "lora": lora,
             "embedding": shape.get_input_embeddings().weight.numel()}
+
+
+def paging(model: str = "llama-3.1-8b") -> str:
+    """Notebook 03: which optimizer states bitsandbytes pages (tensors of at least estimate.BNB_PAGE_MIN elements:
+    none of LoRA's, nearly all of a full fine-tune's), and the H200 pair that shows what paging does to the
+    measured peak (paged buffers live outside PyTorch's allocator)."""
+    from .estimate import BNB_PAGE_MIN, lora_shapes, model_shapes
+    from .facts import ref
+    from .recipe import source_chapter_recipe
+
+    s, recipe, least = model_shapes(model), source_chapter_recipe(model), BNB_PAGE_MIN
+    lora = [n for _, i, o in lora_shapes(recipe, s) for n in (recipe.lora_r * i, recipe.lora_r * o)] * s.layers
+    full = [i * o for _, i, o in s.layer_linears] * s.layers + [s.embed_params] + (
+        [s.lm_head_params] if s.lm_head_params else []) + [n for _, n, count in s.small_tensors for _ in range(count)]
+    paged_full = [n for n in full if n >= least]
+    lines = [f"bitsandbytes pages the optimizer state of tensors with at least {least:,} elements ({model}):",
+             f"  LoRA r={recipe.lora_r} on q/k/v/o: {len(lora)} tensors of {min(lora):,} to {max(lora):,} elements: "
+             f"{sum(n >= least for n in lora)} paged",
+             f"  a full fine-tune: {len(paged_full)} of {len(full)} tensors paged, "
+             f"{sum(paged_full) / sum(full):.4%} of the parameters"]
+    unpaged, paged = ref("full FT bf16, ckpt, 1x16, adamw_8bit", model), ref("full FT bf16, ckpt, 1x16, paged 8-bit", model)
+    if unpaged.run_id != paged.run_id:
+        raise ValueError("the paged and unpaged reference runs come from different measurement runs")
+    lines += [f"Measured on the {paged.env['device']} (run {paged.run_id}), a full fine-tune, 8-bit AdamW:",
+              f"  unpaged: optimizer state {unpaged.mib('optimizer'):,.0f} MiB in PyTorch's allocator, "
+              f"allocated peak {unpaged.cuda_max_allocated / 2**30:.1f} GiB",
+              f"  paged:   {paged.mib('optimizer'):,.0f} MiB there, allocated peak {paged.cuda_max_allocated / 2**30:.1f} GiB: "
+              "the rest is in unified memory, which PyTorch does not count",
+              f"  same training: final loss {unpaged.final_loss:.3f} and {paged.final_loss:.3f}; "
+              f"{unpaged.tokens_per_s:,.0f} and {paged.tokens_per_s:,.0f} tokens/s"]
+    return "\n".join(lines)

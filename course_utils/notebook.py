@@ -12,10 +12,10 @@ from . import __version__
 from .recipe import Recipe
 
 # The one place the repository's address lives: scripts/update_badges.py writes it into every
-# notebook's "Open in Colab" badge (the notebook on BRANCH) and Colab setup cell, which installs the
-# release tag RELEASE_TAG: a fixed version, not a moving branch.
+# notebook's "Open in Colab" badge and Colab setup cell. Both name the release tag RELEASE_TAG, a fixed
+# version, not a moving branch: the badge opens the release's notebook and the setup cell installs the
+# release's course_utils, so a learner never runs a notebook from main against an older package.
 REPOSITORY = "github.com/llm-course/memory-efficient-training"
-BRANCH = "main"
 RELEASE_TAG = f"v{__version__}"  # from the one version number, course_utils.__version__
 
 # Every notebook's first code cell, written by scripts/update_badges.py (its --check fails on a stale
@@ -73,7 +73,7 @@ def on_colab() -> bool:
 
 def colab_url(notebook_path: str) -> str:
     """The Colab address of a notebook of this repository, e.g. notebooks/01_x.ipynb."""
-    return f"https://colab.research.google.com/{REPOSITORY.replace('github.com', 'github')}/blob/{BRANCH}/{notebook_path}"
+    return f"https://colab.research.google.com/{REPOSITORY.replace('github.com', 'github')}/blob/{RELEASE_TAG}/{notebook_path}"
 
 
 def choose_model(use_llama_8b: bool = False) -> str:

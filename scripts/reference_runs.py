@@ -38,6 +38,8 @@ def reference_set(model: str, steps: int) -> list[Recipe]:
         lora_adam.with_(lora_r=None, gradient_checkpointing=False, label="full FT bf16, no ckpt, 1x16, adamw_torch"),
         lora_adam.with_(lora_r=None, label="full FT bf16, ckpt, 1x16, adamw_torch"),
         lora_adam.with_(lora_r=None, optimizer="adamw_8bit", label="full FT bf16, ckpt, 1x16, adamw_8bit"),
+        # paging needs tensors of 1e5 elements or more: a full fine-tune has them, LoRA r=16 has none (notebook 03)
+        lora_adam.with_(lora_r=None, optimizer="paged_adamw_8bit", label="full FT bf16, ckpt, 1x16, paged 8-bit"),
     ]
     return recipes
 

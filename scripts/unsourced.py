@@ -1,7 +1,10 @@
 """List the figures without a source in quiz banks, notebooks or Markdown files (course_utils.facts).
 
-    python scripts/unsourced.py                       # every bank and notebook (what pytest -m truth checks)
-    python scripts/unsourced.py quizzes/01_*.yaml notebooks/05_qlora_4bit.ipynb
+    python scripts/unsourced.py                       # every bank, notebook and README.md (what pytest -m truth checks)
+    python scripts/unsourced.py quizzes/01_*.yaml notebooks/05_qlora_4bit.ipynb README.md
+
+A Markdown file is checked without the content of its marker blocks (`<!-- name -->` ... `<!-- /name -->`),
+which tests keep equal to the course function that prints them.
 
 Prints one line per figure (file, question or cell, the number and its context) and renders every bank, so a
 placeholder that cannot be evaluated is named too. Exit status 1 when anything is listed.
@@ -20,12 +23,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 def main(argv: list[str]) -> int:
     from course_utils import facts
     from course_utils.quiz import QuizError, load_bank
-    from test_truth import bank_texts, every_text, notebook_texts
+    from test_truth import bank_texts, every_text, notebook_texts, readme_texts
 
     paths = [Path(a) for a in argv]
     texts = every_text() if not paths else (
         item for p in paths for item in (bank_texts(p) if p.suffix == ".yaml" else notebook_texts(p)
-                                         if p.suffix == ".ipynb" else [(p.name, p.read_text())]))
+                                         if p.suffix == ".ipynb" else readme_texts(p) if p.suffix == ".md"
+                                         else [(p.name, p.read_text())]))
     problems = [f"{where}: {u}" for where, text in texts for u in facts.unsourced(text)]
     for p in paths or sorted((ROOT / "quizzes").glob("*.yaml")):
         if p.suffix == ".yaml":

@@ -1,5 +1,5 @@
 """Rewrite every notebook's "Open in Colab" badge and its Colab setup cell (the first code cell) from
-course_utils/notebook.py: the badge from REPOSITORY and BRANCH, the setup cell from the one template
+course_utils/notebook.py: the badge from REPOSITORY and RELEASE_TAG, the setup cell from the one template
 SETUP_CELL (which installs REPOSITORY at RELEASE_TAG, v + course_utils.__version__). Run it after
 changing any of those:
 

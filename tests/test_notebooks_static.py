@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from course_utils import __version__
-from course_utils.notebook import BRANCH, RELEASE_TAG, colab_url, setup_cell
+from course_utils.notebook import RELEASE_TAG, colab_url, setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -124,8 +124,9 @@ def test_setup_cell_installs_the_release_tag_not_a_branch():
     assert RELEASE_TAG == f"v{__version__}"
     installs = re.findall(r"git\+https://github\.com/[\w.-]+/[\w.-]+@([\w.-]+)", source)
     assert installs == [f"v{__version__}"], installs
-    assert "@main" not in source and f"@{BRANCH}\"" not in source
-    assert f"/blob/{BRANCH}/" in colab_url("notebooks/x.ipynb")  # the badge still opens the branch's notebook
+    assert "@main" not in source
+    # the badge opens the same release's notebook, so notebook and package always match
+    assert f"/blob/{RELEASE_TAG}/" in colab_url("notebooks/x.ipynb") and "/blob/main/" not in colab_url("x.ipynb")
 
 
 def test_the_version_is_written_once():

@@ -1,4 +1,4 @@
-"""Every figure the quiz banks and the notebooks' prose state has a source (course_utils.facts).
+"""Every figure the quiz banks, the notebooks' prose and README.md state has a source (course_utils.facts).
 
     python -m pytest -m truth
 """
@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -49,11 +50,22 @@ def notebook_texts(path: Path):
             yield f"{path.name}: cell {i}", text
 
 
+# a block of README.md between `<!-- name -->` and `<!-- /name -->` is a course function's output, which a test
+# keeps equal to that function (tests/test_readme.py, tests/test_t4check.py, tests/test_estimate.py)
+MARKER_BLOCK = re.compile(r"(<!-- ([\w-]+) -->\n).*?(<!-- /\2 -->)", re.S)
+
+
+def readme_texts(path: Path = ROOT / "README.md"):
+    """(where, text) for a Markdown file, with the content of each marker block removed."""
+    yield path.name, MARKER_BLOCK.sub(lambda m: m.group(1) + m.group(3), path.read_text(encoding="utf-8"))
+
+
 def every_text():
     for path in sorted(quiz_dir().glob("*.yaml")):
         yield from bank_texts(path)
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         yield from notebook_texts(path)
+    yield from readme_texts()
 
 
 def test_every_figure_has_a_source():
@@ -97,7 +109,7 @@ def test_library_constants_match_the_installed_libraries():
     from bitsandbytes.optim import AdamW8bit
 
     assert inspect.signature(AdamW8bit.__init__).parameters["min_8bit_size"].default == E.BNB_MIN_8BIT_SIZE
-    assert facts.page_min() == 100_000
+    assert facts.page_min() == E.BNB_PAGE_MIN
 
 
 def test_a_pinned_figure_goes_stale_with_its_source(monkeypatch):
@@ -117,3 +129,14 @@ def test_the_8b_reference_runs_are_one_measurement_run():
     ms = [m for m in reference_results() if m.recipe["model"] == "llama-3.1-8b"]
     assert len(ms) >= 12 and ms[0].run_id and {m.run_id for m in ms} == {ms[0].run_id}
     assert f"run {ms[0].run_id}" in describe_reference(ms)
+
+
+def test_paging_pages_nothing_of_lora_and_nearly_all_of_a_full_fine_tune():
+    from course_utils.lessons import paging
+
+    text = paging("llama-3.1-8b")
+    assert "elements: 0 paged" in text  # every r=16 LoRA tensor is under bitsandbytes' threshold
+    full = facts.ref("full FT bf16, ckpt, 1x16, adamw_8bit"), facts.ref("full FT bf16, ckpt, 1x16, paged 8-bit")
+    # measured: paged state leaves PyTorch's allocator, the training does not change
+    assert full[1].peak_by_category["optimizer"] < full[0].peak_by_category["optimizer"] / 10
+    assert full[1].losses == full[0].losses

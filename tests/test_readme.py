@@ -1,0 +1,77 @@
+"""README.md's marker blocks (`<!-- name -->` ... `<!-- /name -->`) are the output of course functions.
+
+The figure checker (tests/test_truth.py) skips what is between a block's markers, so every block must be
+kept equal to its source here (or in tests/test_t4check.py and tests/test_estimate.py).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from course_utils import facts
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the_shipped_records",
+                    "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed"}
+TESTED_HERE = {"ladder-table", "beyond-table"}
+
+
+def block(name: str) -> str:
+    text = README.read_text(encoding="utf-8")
+    return text.split(f"<!-- {name} -->\n", 1)[1].split(f"\n<!-- /{name} -->", 1)[0]
+
+
+def test_readme_marker_blocks_are_all_tested():
+    from test_truth import MARKER_BLOCK
+
+    names = [m.group(2) for m in MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
+    assert len(names) == len(set(names))
+    assert set(names) == TESTED_HERE | set(TESTED_ELSEWHERE), "a new marker block needs a test that keeps it equal"
+
+
+def test_readme_beyond_table_is_the_shipped_run():
+    from course_utils import beyond
+    from course_utils.notebook import describe_reference
+
+    ms = beyond.reference()
+    assert block("beyond-table") == describe_reference(ms) + "\n\n```\n" + beyond.format_rows(beyond.rows(ms)) + "\n```"
+
+
+def test_readme_ladder_table_memory_is_the_estimate():
+    """`course run`'s table as printed on a CPU: its memory columns are the estimate of each rung of the ladder
+    (which the tensor tracker matches to the byte on the tiny model); tokens/s and loss are that run's."""
+    from course_utils.recipe import ladder
+
+    lines = block("ladder-table").strip("`\n").splitlines()
+    assert lines[0].split()[:7] == ["recipe", "params", "grads", "optim", "activ", "temps", "peak"]
+    rows = {}
+    for line in lines[2:]:
+        found = re.match(r"^(.*?)\s{2,}(skipped: .*|[\d.]+(?:\s+[\d.]+){7})$", line)
+        assert found, line
+        rows[found.group(1)] = found.group(2)
+    base = facts.rung("baseline (LoRA, fp32)")
+    assert list(rows) == [r.name for r in ladder(base)]
+    for label, shown in rows.items():
+        if shown.startswith("skipped"):
+            continue
+        e = facts.est(facts.rung(label), "cpu")
+        cats = [e.by_category.get(c, 0) for c in ("parameters", "gradients", "optimizer", "activations", "temporaries")]
+        want = [f"{b / facts.MiB:.1f}" for b in cats + [e.peak_bytes]]
+        assert shown.split()[:6] == want, label
+
+
+def test_readme_figures_are_pinned_to_their_sources():
+    from test_truth import readme_texts
+
+    problems = [str(u) for _, text in readme_texts() for u in facts.unsourced(text)]
+    assert not problems, "\n".join(problems)
+    assert len(facts.pinned(README.read_text(encoding="utf-8"))) >= 50
+
+
+def test_readme_starts_with_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    commands = re.findall(r"```bash\n(.*?)\n```", text, re.S)[:2]
+    assert commands == ['python -m venv .venv && . .venv/bin/activate && python -m pip install torch==2.13.0 && '
+                        'python -m pip install -e ".[dev]" && course run', "python -m pytest"]

@@ -333,9 +333,33 @@ def env_report() -> tuple[str, bool]:
     usable, why = bitsandbytes_status()
     check(usable, f"4-bit and 8-bit through bitsandbytes: {why}")
     check(env.bf16, "native bf16" + ("" if env.bf16 else " (not here: fp16 on GPU, fp32 on CPU)"), required=False)
+    for name in NOTEBOOK_STACK:  # what decides whether the quiz and the checklist render
+        check(widget_versions()[name] != "missing", f"{name} {widget_versions()[name]}", required=False)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-    check(True, "hub access: " + ("off (HF_HUB_OFFLINE set; the embedded default is used)" if offline else "allowed"))
+    if offline:
+        check(True, "hub access: off (HF_HUB_OFFLINE set; the embedded default is used)")
+    else:
+        from .data import hub_reachable
+
+        check(hub_reachable(), "hub access: huggingface.co answers" if hub_reachable() else
+              "hub access: huggingface.co does not answer within 2 s (set HF_HUB_OFFLINE=1 to use the embedded "
+              "default without waiting on it)", required=False)
     return "\n".join(lines + [""] + checks), ok_all
+
+
+NOTEBOOK_STACK = ("ipywidgets", "jupyterlab_widgets", "widgetsnbextension", "ipykernel")
+
+
+def widget_versions() -> dict[str, str]:
+    """Installed versions of the widget and kernel packages (reported by `course env`, not part of a result's
+    environment: they do not change what a measurement finds)."""
+    out = {}
+    for name in NOTEBOOK_STACK:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = "missing"
+    return out
 
 
 def profile_lines() -> list[str]:

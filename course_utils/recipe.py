@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,8 +180,9 @@ class Recipe:
             )
         if self.uses_lora and not self.lora_targets:
             raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
-        if not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
-            raise RecipeError(f"learning_rate must be positive, got {self.learning_rate!r}.")
+        lr = self.learning_rate
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+            raise RecipeError(f"learning_rate must be a positive, finite number (the chapter uses 2e-4), got {lr!r}.")
         _check_optimizer(self.optimizer)
 
 

@@ -197,3 +197,33 @@ def test_release_memory_lets_go_of_a_finished_trainers_embedding():
     assert gone() is None
     assert any(entry[0] is in_use for entry in manager.module_weight_config_triple)  # a live model keeps its override
     manager.module_weight_config_triple[:] = [e for e in manager.module_weight_config_triple if e[0] is not in_use]
+
+
+def test_requires_python_is_what_the_pinned_stack_needs():
+    """pyproject's requires-python is the highest lower bound the installed stack declares (transformers 5.24 and
+    trl 1.16 need 3.11), so pip refuses an older Python with that message instead of a resolver error."""
+    import importlib.metadata as md
+    import re
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    ours = tuple(int(x) for x in re.match(r">=\s*(\d+)\.(\d+)", project["requires-python"]).groups())
+    needed = []
+    for name in hardware.STACK:
+        spec = md.metadata(name).get("Requires-Python") or ""
+        found = re.search(r">=\s*(\d+)\.(\d+)", spec)
+        if found:
+            needed.append(tuple(int(x) for x in found.groups()))
+    assert ours == max(needed), (ours, max(needed))
+
+
+def test_env_report_names_the_widget_packages_and_a_hub_check_that_can_fail(monkeypatch):
+    from course_utils import data
+
+    for name in hardware.NOTEBOOK_STACK:
+        assert name in hardware.env_report()[0]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=2.0: False)
+    text, _ = hardware.env_report()
+    assert "[WARN] hub access: huggingface.co does not answer" in text

@@ -299,3 +299,10 @@ def test_recipe_error_is_a_value_error():
 def test_bools_are_not_sizes(kwargs):
     with pytest.raises(RecipeError):
         Recipe(**kwargs)
+
+
+@pytest.mark.parametrize("lr", [float("inf"), float("nan"), -1e-4, 0, True])
+def test_a_learning_rate_that_cannot_train_is_refused_up_front(lr):
+    """inf trained to losses of 0.0 and was stored as a result; nan slipped past `<= 0` (issue 14)."""
+    with pytest.raises(RecipeError, match="learning_rate must be a positive, finite number"):
+        Recipe(learning_rate=lr)

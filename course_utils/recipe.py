@@ -62,6 +62,9 @@ class Recipe:
 
     def __post_init__(self) -> None:
         # lists from JSON or from a learner become tuples, so the recipe stays hashable
+        if isinstance(self.lora_targets, str):  # tuple("q_proj") would be ('q', '_', 'p', ...)
+            raise RecipeError(f"lora_targets must be a sequence of module names, e.g. ('q_proj', 'v_proj'), "
+                              f"not the string {self.lora_targets!r}: write ({self.lora_targets!r},).")
         if not isinstance(self.lora_targets, tuple):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         self.validate()
@@ -178,8 +181,18 @@ class Recipe:
                 "load_in_4bit=True needs LoRA (lora_r set): 4-bit weights cannot be trained directly. "
                 "Set lora_r=16, or load_in_4bit=False for a full fine-tune."
             )
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise RecipeError(f"model must name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a "
+                              f"local folder), got {self.model!r}.")
         if self.uses_lora and not self.lora_targets:
             raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
+        if self.uses_lora and not all(isinstance(t, str) and t for t in self.lora_targets):
+            raise RecipeError(f"lora_targets must be module names such as 'q_proj', got {self.lora_targets!r}.")
+        d = self.lora_dropout
+        if not isinstance(d, (int, float)) or isinstance(d, bool) or not (0 <= d < 1):  # nan fails too
+            raise RecipeError(f"lora_dropout must be at least 0 and below 1 (the chapter uses 0.05), got {d!r}.")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise RecipeError(f"seed must be a whole number from 0 to 2**32 - 1 (numpy's range), got {self.seed!r}.")
         lr = self.learning_rate
         if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
             raise RecipeError(f"learning_rate must be a positive, finite number (the chapter uses 2e-4), got {lr!r}.")

@@ -306,3 +306,18 @@ def test_a_learning_rate_that_cannot_train_is_refused_up_front(lr):
     """inf trained to losses of 0.0 and was stored as a result; nan slipped past `<= 0` (issue 14)."""
     with pytest.raises(RecipeError, match="learning_rate must be a positive, finite number"):
         Recipe(learning_rate=lr)
+
+
+@pytest.mark.parametrize("knobs, message", [
+    ({"lora_targets": "q_proj"}, "not the string 'q_proj'"),
+    ({"lora_targets": ("q_proj", "")}, "module names"),
+    ({"model": ""}, "model must name a model"),
+    ({"lora_dropout": 1.5}, "lora_dropout must be at least 0 and below 1"),
+    ({"lora_dropout": float("nan")}, "lora_dropout"),
+    ({"seed": -1}, "seed must be a whole number"),
+    ({"seed": 2**32}, "seed must be a whole number"),
+])
+def test_knobs_a_training_run_would_fail_on_are_refused_before_any_process_starts(knobs, message):
+    """Each of these used to fail only inside the measuring child, 7-9 s later, under a traceback (issue 14)."""
+    with pytest.raises(RecipeError, match=message):
+        Recipe(**knobs)

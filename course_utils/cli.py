@@ -130,14 +130,18 @@ def _budget(text: str) -> int:
 
 
 def _lora_rank(text: str) -> int:
-    """argparse type for --lora-r: a rank, or 'none' (0) for a full fine-tune."""
-    if text.lower() in ("none", "full", "0"):
+    """argparse type for --lora-r: a positive rank, or 'none' (returned as 0) for a full fine-tune."""
+    if text.lower() in ("none", "full"):
         return 0
     try:
-        return int(text)
+        rank = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"--lora-r takes a whole number or 'none' (full fine-tune), got {text!r}") from None
+    if rank <= 0:  # 0 used to mean a full fine-tune, silently
+        raise argparse.ArgumentTypeError(
+            f"--lora-r {text} is not a LoRA rank: give a positive rank such as 16, or 'none' for a full fine-tune")
+    return rank
 
 
 def _add_estimate_and_plan(sub) -> None:

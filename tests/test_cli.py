@@ -163,3 +163,12 @@ def test_unavailable_model_exits_2_with_advice(capsys, tmp_path, monkeypatch):
     assert code == 2
     err = capsys.readouterr().err
     assert "course: error:" in err and "tiny" in err
+
+
+@pytest.mark.parametrize("rank", ["0", "-4"])
+def test_a_lora_rank_of_zero_or_less_is_an_error_not_a_full_fine_tune(rank, capsys):
+    from course_utils.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["estimate", "--model", "tiny", "--lora-r", rank])
+    assert exit_.value.code == 2 and "is not a LoRA rank" in capsys.readouterr().err

@@ -30,6 +30,7 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from types import SimpleNamespace
 
 MiB, GiB = 2**20, 2**30
@@ -58,26 +59,20 @@ def ref(label: str, model: str = "llama-3.1-8b"):
     return found
 
 
-def est(recipe, hardware: str = "cpu"):
-    """The estimate of a Recipe on 'cpu', 'gpu' (bf16) or 't4'."""
-    from .estimate import estimate
-
-    return _estimate(recipe, hardware) if hasattr(recipe, "key") else estimate(recipe, hardware=hardware)
-
-
 @functools.lru_cache(maxsize=None)
-def _estimate(recipe, hardware: str):
+def est(recipe, hardware: str = "cpu"):
+    """The estimate of a Recipe on 'cpu', 'gpu' (bf16) or 't4' (cached: a bank asks for the same ones often)."""
     from .estimate import estimate
 
     return estimate(recipe, hardware=hardware)
 
 
 def rung(label: str, model: str = "tiny"):
-    """The ladder's recipe with this label, on the CPU base notebook 07 uses for `model`."""
-    from .recipe import Recipe, ladder
+    """The ladder's recipe with this label, on the base the notebooks use for `model` on a CPU."""
+    from .notebook import base_recipe_for
+    from .recipe import ladder
 
-    base = Recipe(model=model, micro_batch=4, max_seq_length=256, steps=6, learning_rate=1e-3,
-                  label="baseline (LoRA, fp32)")
+    base = base_recipe_for(model, "cpu")
     for r in ladder(base):
         if r.name == label:
             return r
@@ -437,3 +432,64 @@ def unsourced(text: str) -> list[Unsourced]:
     found = [Unsourced(m.group(0), " ".join(body[max(0, m.start() - 40):m.end() + 25].split()))
              for m in _NUMBER.finditer(body)]
     return stale + wrong + found
+
+
+# --- the texts the truth test reads -------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]  # a checkout: notebooks/ and README.md live beside the package
+TEXT_KEYS = ("title", "prompt", "text", "explanation", "hint")
+# a block of Markdown between `<!-- name -->` and `<!-- /name -->` is a course function's output, which a test
+# keeps equal to that function (tests/test_readme.py, tests/test_t4check.py, tests/test_estimate.py)
+MARKER_BLOCK = re.compile(r"(<!-- ([\w-]+) -->\n).*?(<!-- /\2 -->)", re.S)
+
+
+def bank_texts(path: Path):
+    """(where, text) for every text of a quiz bank, as written (placeholders unrendered)."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    yield f"{path.name}: title", data["title"]
+    for q in data["questions"]:
+        where = f"{path.name}: {q['id']}"
+        for key in TEXT_KEYS:
+            if isinstance(q.get(key), str):
+                yield f"{where} {key}", q[key]
+        for i, c in enumerate(q.get("choices", [])):
+            yield f"{where} choice {i + 1}", c["text"] if isinstance(c["text"], str) else str(c["text"])
+            yield f"{where} choice {i + 1} explanation", c["explanation"]
+        for w in q.get("wrong_answers", []):
+            yield f"{where} wrong answer {w['answer']}", w["explanation"]
+        if q.get("type") == "numeric" and not isinstance(q["answer"], str):
+            # a typed answer is a figure too: a count, or the result of arithmetic its explanation shows
+            shown = unsourced(q["explanation"]) == [] and f"= {q['answer']}" in q["explanation"].replace("**", "")
+            if not shown:
+                yield f"{where} answer", str(q["answer"])
+
+
+def notebook_texts(path: Path):
+    """(where, text) for every Markdown cell of a notebook (its Colab badge aside)."""
+    import json
+
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "markdown":
+            text = "\n".join(line for line in "".join(cell["source"]).splitlines() if "colab-badge" not in line)
+            yield f"{path.name}: cell {i}", text
+
+
+def markdown_texts(path: Path):
+    """(where, text) for a Markdown file, with the content of each marker block removed."""
+    yield path.name, MARKER_BLOCK.sub(lambda m: m.group(1) + m.group(3), path.read_text(encoding="utf-8"))
+
+
+def texts_of(path: Path):
+    """The texts of one file: a quiz bank, a notebook or a Markdown file."""
+    reader = {".yaml": bank_texts, ".ipynb": notebook_texts, ".md": markdown_texts}.get(path.suffix)
+    return reader(path) if reader else [(path.name, path.read_text())]
+
+
+def every_text():
+    """Every quiz bank, every notebook's Markdown and README.md: what `pytest -m truth` checks."""
+    from .quiz import quiz_dir
+
+    for path in [*sorted(quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
+                 ROOT / "README.md"]:
+        yield from texts_of(path)

@@ -220,14 +220,20 @@ def bitsandbytes_status() -> tuple[bool, str]:
     return True, f"bitsandbytes {md.version('bitsandbytes')} on {device_type()}"
 
 
-def versions() -> dict[str, str]:
-    """Installed versions of the training stack (and Python)."""
-    out = {"python": platform.python_version()}
-    for name in STACK:
+def installed(names) -> dict[str, str]:
+    """{name: installed version, or "missing"}."""
+    out = {}
+    for name in names:
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
             out[name] = "missing"
+    return out
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the training stack (and Python)."""
+    out = {"python": platform.python_version(), **installed(STACK)}
     for name in OPTIONAL_STACK:  # recorded where installed only, so that other machines' keys do not change
         try:
             out[name] = md.version(name)
@@ -333,33 +339,24 @@ def env_report() -> tuple[str, bool]:
     usable, why = bitsandbytes_status()
     check(usable, f"4-bit and 8-bit through bitsandbytes: {why}")
     check(env.bf16, "native bf16" + ("" if env.bf16 else " (not here: fp16 on GPU, fp32 on CPU)"), required=False)
-    for name in NOTEBOOK_STACK:  # what decides whether the quiz and the checklist render
-        check(widget_versions()[name] != "missing", f"{name} {widget_versions()[name]}", required=False)
+    # what decides whether the quiz and the checklist render; not part of a result's environment, since they do
+    # not change what a measurement finds
+    for name, version in installed(NOTEBOOK_STACK).items():
+        check(version != "missing", f"{name} {version}", required=False)
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     if offline:
         check(True, "hub access: off (HF_HUB_OFFLINE set; the embedded default is used)")
     else:
         from .data import hub_reachable
 
-        check(hub_reachable(), "hub access: huggingface.co answers" if hub_reachable() else
+        reachable = hub_reachable()
+        check(reachable, "hub access: huggingface.co answers" if reachable else
               "hub access: huggingface.co does not answer within 2 s (set HF_HUB_OFFLINE=1 to use the embedded "
               "default without waiting on it)", required=False)
     return "\n".join(lines + [""] + checks), ok_all
 
 
 NOTEBOOK_STACK = ("ipywidgets", "jupyterlab_widgets", "widgetsnbextension", "ipykernel")
-
-
-def widget_versions() -> dict[str, str]:
-    """Installed versions of the widget and kernel packages (reported by `course env`, not part of a result's
-    environment: they do not change what a measurement finds)."""
-    out = {}
-    for name in NOTEBOOK_STACK:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = "missing"
-    return out
 
 
 def profile_lines() -> list[str]:

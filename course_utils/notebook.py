@@ -110,7 +110,12 @@ def base_recipe(model: str) -> Recipe:
     """
     from .hardware import device_type
 
-    if device_type() == "cpu":
+    return base_recipe_for(model, device_type())
+
+
+def base_recipe_for(model: str, device: str) -> Recipe:
+    """base_recipe() as it is on a 'cpu' or a 'cuda' machine (the quizzes quote the CPU one anywhere)."""
+    if device == "cpu":
         return Recipe(model=model, micro_batch=4, max_seq_length=256, steps=6, learning_rate=1e-3,
                       label="baseline (LoRA, fp32)")
     return Recipe(model=model, micro_batch=4, max_seq_length=512, steps=6, learning_rate=2e-4,

@@ -61,20 +61,20 @@ def notes_for(m, est) -> list[str]:
 
 def gpu_part() -> list[tuple[str, float]]:
     """The reference runs: print the comparison, return (label, peak error %)."""
-    from course_utils.results import all_reference_results
+    from course_utils.facts import accuracy
 
-    refs = all_reference_results()
-    env = refs[0].env
-    print(f"GPU reference runs ({env['device']}, {refs[0].date[:10]}, torch {env['versions']['torch']}, "
+    runs = accuracy().runs  # the one comparison of estimate and reference run, which the README quotes too
+    env = runs[0].measured.env
+    print(f"GPU reference runs ({env['device']}, {runs[0].measured.date[:10]}, torch {env['versions']['torch']}, "
           f"transformers {env['versions']['transformers']}, trl {env['versions']['trl']}) "
           "against the estimate for a bf16 GPU:\n")
     print(comparison_header(W))
     errors, notes = [], []
-    for m in refs:
-        est = estimate(m.recipe_obj, hardware="gpu")
-        label = f"{m.recipe['model']}: {m.label}"[:W]
+    for r in runs:
+        m, est = r.measured, r.estimated
+        label = f"{r.model}: {r.label}"[:W]
         print("\n".join(comparison_lines(label, est, m, W)))
-        errors.append((label, peak_error(est, m)))
+        errors.append((label, r.error))
         notes += [f"- {label}: {n}." for n in notes_for(m, est)]
     print("\nNotes:\n" + "\n".join(notes))
     return errors

@@ -17,21 +17,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def main(argv: list[str]) -> int:
     from course_utils import facts
-    from course_utils.quiz import QuizError, load_bank
-    from test_truth import bank_texts, every_text, notebook_texts, readme_texts
+    from course_utils.quiz import QuizError, load_bank, quiz_dir
 
     paths = [Path(a) for a in argv]
-    texts = every_text() if not paths else (
-        item for p in paths for item in (bank_texts(p) if p.suffix == ".yaml" else notebook_texts(p)
-                                         if p.suffix == ".ipynb" else readme_texts(p) if p.suffix == ".md"
-                                         else [(p.name, p.read_text())]))
+    texts = facts.every_text() if not paths else (item for p in paths for item in facts.texts_of(p))
     problems = [f"{where}: {u}" for where, text in texts for u in facts.unsourced(text)]
-    for p in paths or sorted((ROOT / "quizzes").glob("*.yaml")):
+    for p in paths or sorted(quiz_dir().glob("*.yaml")):
         if p.suffix == ".yaml":
             try:
                 load_bank(p)

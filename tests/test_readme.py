@@ -1,6 +1,6 @@
 """README.md's marker blocks (`<!-- name -->` ... `<!-- /name -->`) are the output of course functions.
 
-The figure checker (tests/test_truth.py) skips what is between a block's markers, so every block must be
+The figure checker (course_utils.facts, tests/test_truth.py) skips what is between a block's markers, so every block must be
 kept equal to its source here (or in tests/test_t4check.py and tests/test_estimate.py).
 """
 
@@ -24,9 +24,7 @@ def block(name: str) -> str:
 
 
 def test_readme_marker_blocks_are_all_tested():
-    from test_truth import MARKER_BLOCK
-
-    names = [m.group(2) for m in MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
+    names = [m.group(2) for m in facts.MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
     assert len(names) == len(set(names))
     assert set(names) == TESTED_HERE | set(TESTED_ELSEWHERE), "a new marker block needs a test that keeps it equal"
 
@@ -63,9 +61,7 @@ def test_readme_ladder_table_memory_is_the_estimate():
 
 
 def test_readme_figures_are_pinned_to_their_sources():
-    from test_truth import readme_texts
-
-    problems = [str(u) for _, text in readme_texts() for u in facts.unsourced(text)]
+    problems = [str(u) for _, text in facts.markdown_texts(README) for u in facts.unsourced(text)]
     assert not problems, "\n".join(problems)
     assert len(facts.pinned(README.read_text(encoding="utf-8"))) >= 50
 

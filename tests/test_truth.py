@@ -5,71 +5,14 @@
 
 from __future__ import annotations
 
-import json
-import re
-from pathlib import Path
-
 import pytest
-import yaml
 
 from course_utils import facts
 from course_utils.quiz import load_bank, quiz_dir
 
 pytestmark = pytest.mark.truth
-ROOT = Path(__file__).resolve().parents[1]
-TEXT_KEYS = ("title", "prompt", "text", "explanation", "hint")
-
-
-def bank_texts(path: Path):
-    """(where, text) for every text of a bank, as written (placeholders unrendered)."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    yield f"{path.name}: title", data["title"]
-    for q in data["questions"]:
-        where = f"{path.name}: {q['id']}"
-        for key in TEXT_KEYS:
-            if isinstance(q.get(key), str):
-                yield f"{where} {key}", q[key]
-        for i, c in enumerate(q.get("choices", [])):
-            yield f"{where} choice {i + 1}", c["text"] if isinstance(c["text"], str) else str(c["text"])
-            yield f"{where} choice {i + 1} explanation", c["explanation"]
-        for w in q.get("wrong_answers", []):
-            yield f"{where} wrong answer {w['answer']}", w["explanation"]
-        if q.get("type") == "numeric" and not isinstance(q["answer"], str):
-            # a typed answer is a figure too: a count, or the result of arithmetic its explanation shows
-            shown = facts.unsourced(q["explanation"]) == [] and f"= {q['answer']}" in q["explanation"].replace("**", "")
-            if not shown:
-                yield f"{where} answer", str(q["answer"])
-
-
-def notebook_texts(path: Path):
-    """(where, text) for every markdown cell of a notebook."""
-    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-        if cell["cell_type"] == "markdown":
-            text = "".join(cell["source"])
-            text = "\n".join(line for line in text.splitlines() if "colab-badge" not in line)
-            yield f"{path.name}: cell {i}", text
-
-
-# a block of README.md between `<!-- name -->` and `<!-- /name -->` is a course function's output, which a test
-# keeps equal to that function (tests/test_readme.py, tests/test_t4check.py, tests/test_estimate.py)
-MARKER_BLOCK = re.compile(r"(<!-- ([\w-]+) -->\n).*?(<!-- /\2 -->)", re.S)
-
-
-def readme_texts(path: Path = ROOT / "README.md"):
-    """(where, text) for a Markdown file, with the content of each marker block removed."""
-    yield path.name, MARKER_BLOCK.sub(lambda m: m.group(1) + m.group(3), path.read_text(encoding="utf-8"))
-
-
-def every_text():
-    for path in sorted(quiz_dir().glob("*.yaml")):
-        yield from bank_texts(path)
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        yield from notebook_texts(path)
-    yield from readme_texts()
-
-
 def test_every_figure_has_a_source():
-    problems = [f"{where}: {u}" for where, text in every_text() for u in facts.unsourced(text)]
+    problems = [f"{where}: {u}" for where, text in facts.every_text() for u in facts.unsourced(text)]
     assert not problems, f"{len(problems)} figures without a source:\n" + "\n".join(problems)
 
 

@@ -135,6 +135,9 @@ def load_bank(name: str | Path) -> Bank:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise QuizError([f"{path}: not valid YAML: {e}"]) from None
+    except UnicodeDecodeError as e:  # a binary file, or text saved in another encoding
+        raise QuizError([f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); a question "
+                         "bank is a YAML text file: save it as UTF-8, or restore it (git checkout -- <file>)."]) from None
     return parse_bank(render_figures(data, str(path)), name=path.stem, source=str(path), path=path)
 
 

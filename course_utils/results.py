@@ -1,24 +1,41 @@
 """Measurements and the results store: append-only JSON lines, written atomically, keyed by recipe
 and environment, so a repeated measurement is found instead of re-run.
+
+Every line is validated when it is read (types and value ranges, the recipe included): a bad line is
+skipped with a warning naming file, line and field, never an error in a later run. Whether the store
+can be written is checked up front (`ResultStore.check_writable`), before anything is measured.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
+import math
 import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
+from .models import _file_lock
 from .recipe import Recipe
 
 MiB = 1024**2
 SCHEMA_VERSION = 1
+STATUSES = ("ok", "does_not_fit")
+RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
+
+
+class ResultLineError(ValueError):
+    """A stored measurement has a missing field, a wrong type or a value out of range; the message names it."""
+
+
+class StoreError(OSError):
+    """The results store cannot be read or written where it is; the message names the path and the fix."""
 
 
 @dataclass
@@ -84,26 +101,98 @@ class Measurement:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
-        """Rebuild from a stored dict; unknown keys (from newer versions) are ignored."""
+        """Rebuild from a stored dict and validate it (ResultLineError names the first bad field); unknown
+        keys (from newer versions) are ignored, and losses stored as null read as no losses."""
+        if not isinstance(d, dict):
+            raise ResultLineError(f"a measurement is a JSON object of fields, got {_short(d)}")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = {"recipe", "recipe_key", "env", "env_key", "status"} - set(d)
         if missing:
-            raise ValueError(f"missing field(s) {sorted(missing)}")
-        return cls(**{k: v for k, v in d.items() if k in names})
+            raise ResultLineError(f"missing field(s) {sorted(missing)}")
+        kept = {k: v for k, v in d.items() if k in names}
+        if kept.get("losses", []) is None:
+            kept["losses"] = []
+        m = cls(**kept)
+        m.validate()
+        return m
+
+    def validate(self) -> None:
+        """Raise ResultLineError naming the first field whose type or value cannot be a real measurement."""
+        _check_recipe(self.recipe, self.recipe_key)
+        for names, ok, what in _RULES:
+            for name in names:
+                value = getattr(self, name)
+                if not ok(value):
+                    raise ResultLineError(f"field {name!r} {what}, got {_short(value)}")
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock beside the store while we rewrite it."""
-    import fcntl
+def _short(value: Any) -> str:
+    """repr, cut to one short line for a warning."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+
+def _is_count(v: Any) -> bool:
+    """A whole number, 0 or more (bytes, parameters); True and False are not numbers here."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _is_finite(v: Any) -> bool:
+    """A finite int or float (no bool, nan or inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# (fields, test of one value, what a good value is): every field but the recipe, which _check_recipe reads
+_RULES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
+    (("recipe_key", "env_key"), lambda v: isinstance(v, str) and v != "", "must be non-empty text"),
+    (("error", "date", "command", "source", "run_id"), lambda v: isinstance(v, str), "must be text"),
+    (("status",), lambda v: isinstance(v, str) and v in STATUSES, f"must be one of {STATUSES}"),
+    (("precision",), lambda v: isinstance(v, str) and v in RESOLVED_PRECISIONS,
+     f"must be one of {RESOLVED_PRECISIONS}"),
+    (("env",), lambda v: isinstance(v, dict), "must be a JSON object"),
+    (("peak_bytes", "model_bytes", "trainable_params"), _is_count, "must be a whole number, 0 or more"),
+    (("cuda_max_allocated", "cuda_max_reserved"), lambda v: v is None or _is_count(v),
+     "must be null or a whole number of bytes, 0 or more"),
+    (("peak_by_category",), lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_count(b)
+                                                                  for k, b in v.items()),
+     "must map category names to whole numbers of bytes, 0 or more"),
+    (("tokens_per_s",), lambda v: v is None or (_is_finite(v) and v > 0), "must be null or a finite number above 0"),
+    (("losses",), lambda v: isinstance(v, list) and all(_is_finite(x) for x in v), "must be a list of finite numbers"),
+    (("duration_s", "startup_s", "build_s"), lambda v: _is_finite(v) and v >= 0,
+     "must be a finite number of seconds, 0 or more"),
+    (("notes",), lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "must be a list of text"),
+    (("schema",), lambda v: _is_count(v) and v >= 1, "must be a whole number, 1 or more"),
+    (("cached",), lambda v: isinstance(v, bool), "must be true or false"),
+)
+
+
+def _check_recipe(recipe: Any, key: Any) -> None:
+    """The stored recipe is one Recipe accepts (Recipe.validate's ranges, booleans where the knob is one),
+    and the stored key is its key: otherwise `find` would return this line for another recipe."""
+    if not isinstance(recipe, dict):
+        raise ResultLineError(f"field 'recipe' must be a JSON object of recipe fields, got {_short(recipe)}")
+    try:
+        r = Recipe.from_dict(recipe)
+    except (ValueError, TypeError) as exc:  # RecipeError is a ValueError
+        raise ResultLineError(f"field 'recipe' is not a valid recipe: {exc}") from None
+    for f in dataclasses.fields(Recipe):
+        if isinstance(f.default, bool) and not isinstance(getattr(r, f.name), bool):
+            raise ResultLineError(f"field 'recipe' has {f.name}={_short(getattr(r, f.name))}; it must be true or false")
+    if not _is_finite(r.lora_alpha) or r.lora_alpha <= 0:
+        raise ResultLineError(f"field 'recipe' has lora_alpha={_short(r.lora_alpha)}; it must be a number above 0")
+    if key != r.key:
+        raise ResultLineError(f"field 'recipe_key' {_short(key)} is not the key of the stored recipe ({r.key!r}): "
+                              "the line was edited by hand or damaged")
+
+
+def _lock_path(path: Path) -> Path:
+    """The lock file beside a store: <store>.lock."""
+    return path.with_name(path.name + ".lock")
+
+
+def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
+    """Hold an exclusive lock beside the store while we rewrite it (the package's one file lock, models')."""
+    return _file_lock(_lock_path(path))
 
 
 class ResultStore:
@@ -116,23 +205,35 @@ class ResultStore:
         return f"ResultStore({str(self.path)!r})"
 
     def load(self) -> list[Measurement]:
-        """Every readable measurement; a corrupted line is skipped with a warning naming file and line."""
+        """Every valid measurement; a bad line (not JSON, or a field of the wrong type or range) is skipped
+        with a warning naming file, line and field. StoreError when the store is a folder or unreadable."""
+        self._check_shape()
         if not self.path.exists():
             return []
         out = []
-        with open(self.path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
-                if not raw.strip():
-                    continue
-                try:
-                    out.append(Measurement.from_dict(json.loads(raw.decode("utf-8"))))
-                except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
-                    warnings.warn(
-                        f"{self.path}:{lineno}: skipped a corrupted result line ({type(exc).__name__}: {exc}); "
-                        "the other results are kept. Delete that line, or re-run its recipe with force=True.",
-                        stacklevel=2,
-                    )
+        try:
+            with open(self.path, "rb") as fh:
+                for lineno, raw in enumerate(fh, start=1):
+                    m = self._read_line(lineno, raw)
+                    if m is not None:
+                        out.append(m)
+        except OSError as exc:
+            raise StoreError(self._explain(exc, "read")) from None
         return out
+
+    def _read_line(self, lineno: int, raw: bytes) -> Measurement | None:
+        """One line's measurement; None (with a warning) for a blank or bad line."""
+        if not raw.strip():
+            return None
+        try:
+            return Measurement.from_dict(json.loads(raw.decode("utf-8")))
+        except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            warnings.warn(
+                f"{self.path}:{lineno}: skipped a bad result line ({type(exc).__name__}: {exc}); the other results "
+                "are kept. Delete or fix that line, or re-measure its recipe with force=True (course run --force).",
+                stacklevel=3,
+            )
+            return None
 
     def find(self, recipe: Recipe, env_key: str) -> Measurement | None:
         """The latest measurement of this recipe in this environment, if any."""
@@ -140,25 +241,88 @@ class ResultStore:
         return hits[-1] if hits else None
 
     def add(self, measurement: Measurement) -> None:
-        """Append one measurement atomically: the file is whole before and after, never half-written."""
-        with _locked(self.path):
-            old = self.path.read_bytes() if self.path.exists() else b""
-            if old and not old.endswith(b"\n"):
-                old += b"\n"
-            fd, tmp = tempfile.mkstemp(prefix=".results-", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(old + measurement.to_json().encode() + b"\n")
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only; a store is an ordinary file
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+        """Append one measurement atomically: the file is whole before and after, never half-written.
+
+        An invalid measurement is refused (ResultLineError) rather than stored. When the store cannot be
+        written, StoreError names the path and the fix, and the line is saved to a temporary file it names.
+        """
+        measurement.validate()
+        line = measurement.to_json().encode() + b"\n"
+        try:
+            self._check_shape()
+            with _locked(self.path):
+                self._append(line)
+        except StoreError as exc:
+            raise StoreError(f"{exc}{_rescue(line, self.path)}") from None
+        except OSError as exc:
+            raise StoreError(self._explain(exc, "write") + _rescue(line, self.path)) from exc
+
+    def _append(self, line: bytes) -> None:
+        """Rewrite the store with `line` at its end, through a temporary file and an atomic rename."""
+        old = self.path.read_bytes() if self.path.exists() else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        fd, tmp = tempfile.mkstemp(prefix=".results-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(old + line)
+                fh.flush()
+                os.fsync(fh.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it owner-only; a store is an ordinary file
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def check_writable(self) -> None:
+        """Raise StoreError, naming the path and the fix, unless `add` can work here: the store is a file (or
+        not there yet) in a folder that exists or can be made, where its lock file and a temporary file can
+        be created, and an existing store can be read. Run it before measuring, so no result is lost."""
+        self._check_shape()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(_lock_path(self.path), "a"):
+                pass
+            fd, tmp = tempfile.mkstemp(prefix=".results-check-", dir=self.path.parent)
+            os.close(fd)
+            os.unlink(tmp)
+            if self.path.exists():
+                with open(self.path, "rb"):
+                    pass
+        except OSError as exc:
+            raise StoreError(self._explain(exc, "write")) from None
+
+    def _check_shape(self) -> None:
+        """StoreError when the store is a folder, or a folder on its path is a file (COURSE_HOME set to a file)."""
+        if self.path.is_dir():
+            raise StoreError(f"the results store {self.path} is a folder, and a store is a file: pass a file path "
+                             f"such as {self.path / 'results.jsonl'} (course run --store FILE).")
+        folder = next((p for p in self.path.parents if p.exists()), None)
+        if folder is not None and not folder.is_dir():
+            raise StoreError(f"cannot keep results at {self.path}: {folder} is a file, not a folder. Point "
+                             "COURSE_HOME (or --store) at a folder you can write, or move that file away.")
+
+    def _explain(self, exc: OSError, action: str) -> str:
+        """One line on why the store cannot be read or written, naming the path that failed and what to do."""
+        where = exc.filename or self.path
+        fix = "free some disk space there, or " if exc.errno == errno.ENOSPC else ""
+        return (f"cannot {action} the results store {self.path} ({where}: {exc.strerror or exc}). To fix it, "
+                f"{fix}set COURSE_HOME to a folder you can write, or pass --store with a file in one "
+                "(ResultStore(path) in Python).")
+
+
+def _rescue(line: bytes, store: Path) -> str:
+    """Save a line the store refused to a temporary file; the sentence that says where (or that it failed)."""
+    try:
+        fd, where = tempfile.mkstemp(prefix="course-unsaved-", suffix=".jsonl")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(line)
+    except OSError:
+        return " The measurement could not be saved elsewhere either; measure it again once the store is fixed."
+    return f" The measurement is saved in {where}: once the store works, append it with: cat {where} >> {store}"
 
 
 def default_store() -> ResultStore:

@@ -9,7 +9,8 @@ import re
 import pytest
 
 from course_utils.recipe import Recipe
-from course_utils.results import MiB, Measurement, ResultStore, describe_change, format_table, summary_row
+from course_utils.results import (MiB, Measurement, ResultStore, StoreError, describe_change, format_table,
+                                  summary_row)
 
 CATS = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
 
@@ -168,7 +169,7 @@ def test_failed_add_leaves_the_file_whole_and_no_temp_files(store, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match=re.escape(f"{store.path}") + ".*No space left on device.*free some disk space"):
         store.add(make("lost", micro_batch=2))
     assert store.path.read_bytes() == before
     assert sorted(p.name for p in store.path.parent.iterdir()) == ["results.jsonl", "results.jsonl.lock"]

@@ -158,32 +158,11 @@ def _base_command(command: str) -> str:
 
 
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
-    """Your points on the left; the shipped GPU reference points (if any) on the right, each titled
-    with its hardware. Returns the matplotlib figure."""
-    import matplotlib.pyplot as plt
+    """Your points (joined in the order you added the techniques) and the shipped GPU reference points
+    (if any) on one plot, each series named in the legend (course_utils.plots). Returns the figure."""
+    from .plots import technique_figure as figure
 
-    from .plots import memory_vs_speed
-
-    mine = [m for m in mine if m is not None]
-    panels = 2 if reference else 1
-    fig, axes = plt.subplots(1, panels, figsize=(7.5 * panels, 4.8), squeeze=False)
-    memory_vs_speed(mine, ax=axes[0][0], title=f"Your run: {mine[0].env['device'] if mine else '?'}", numbers_only=True)
-    captions = [_numbered(mine)]
-    if reference:
-        model = reference[0].recipe.get("model")
-        memory_vs_speed([], list(reference), ax=axes[0][1], numbers_only=True,
-                        title=f"Reference: {model} on {reference[0].env['device']}")
-        captions.append(_numbered(reference))
-    for ax, caption in zip(axes[0], captions):
-        ax.text(0.0, -0.16, caption, transform=ax.transAxes, fontsize=8, va="top")
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def _numbered(ms) -> str:
-    """'1. label' lines for the recipes that fit, numbered as the plot numbers them."""
-    return "\n".join(f"{i}. {m.label}" for i, m in enumerate((m for m in ms if m.fits), start=1))
+    return figure([m for m in mine if m is not None], reference, title=title)
 
 
 def estimate_for(recipe: Recipe):

@@ -1,6 +1,8 @@
-"""Plots drawn from synthetic measurements (Agg backend, no training)."""
+"""Plots drawn from synthetic measurements and the shipped reference runs (Agg backend, no training)."""
 
 from __future__ import annotations
+
+import itertools
 
 import matplotlib
 
@@ -9,14 +11,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
 
-from course_utils.plots import ladder_figure, memory_breakdown, memory_vs_speed  # noqa: E402
+from course_utils import plots  # noqa: E402
+from course_utils.hardware import GiB, PROFILES  # noqa: E402
+from course_utils.placement import overlaps  # noqa: E402
+from course_utils.plots import (ladder_figure, memory_breakdown, memory_curves, memory_vs_speed,  # noqa: E402
+                                pareto_front, technique_figure)
 from course_utils.recipe import Recipe  # noqa: E402
-from course_utils.results import MiB, Measurement  # noqa: E402
+from course_utils.results import MiB, Measurement, reference_results  # noqa: E402
 
 
-def make(label, peak_mib, tokens_per_s, status="ok", device="TestCPU", cuda_mib=None, **changes) -> Measurement:
-    recipe = Recipe(label=label, **changes)
+def make(label, peak_mib, tokens_per_s, status="ok", device="TestCPU", cuda_mib=None, model="tiny",
+         **changes) -> Measurement:
+    recipe = Recipe(label=label, model=model, **changes)
     by_cat = {"parameters": peak_mib * 0.5 * MiB, "activations": peak_mib * 0.3 * MiB,
               "temporaries": peak_mib * 0.2 * MiB}
     return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env={"device": device}, env_key="e",
@@ -36,50 +44,239 @@ def measurements():
     ]
 
 
+@pytest.fixture
+def h200():
+    return _h200()
+
+
+def _h200():
+    """The shipped Llama-3.1-8B reference runs: 13 points, several nearly on top of each other."""
+    return [m for m in reference_results() if m.recipe["model"] == "llama-3.1-8b"]
+
+
+@pytest.fixture
+def t4_ladder():
+    return _t4_ladder()
+
+
+@pytest.fixture(scope="module")
+def t4_figure():
+    """technique_figure of the T4 ladder beside the H200 runs, drawn once for the tests that read it."""
+    fig = technique_figure(_t4_ladder(), _h200())
+    fig.canvas.draw()
+    yield fig
+    plt.close(fig)
+
+
+def _t4_ladder():
+    """A learner's ladder on a T4 (GiB-sized, a log range), with one rung that did not fit."""
+    return [make("baseline (LoRA, fp32)", 8050, 8377.0, device="Tesla T4", model="smollm2-360m"),
+            make("+ gradient checkpointing", 2040, 5830.0, device="Tesla T4", model="smollm2-360m"),
+            make("+ accumulation (micro-batch 1)", 1633, 1602.0, device="Tesla T4", model="smollm2-360m"),
+            make("+ 8-bit AdamW", 1615, 1425.0, device="Tesla T4", model="smollm2-360m"),
+            make("full fine-tune", 20000, None, status="does_not_fit", device="Tesla T4", model="smollm2-360m"),
+            make("+ 4-bit QLoRA (NF4, double quant)", 620, 1029.0, device="Tesla T4", model="smollm2-360m"),
+            make("+ shorter sequences", 570, 463.0, device="Tesla T4", model="smollm2-360m")]
+
+
 @pytest.fixture(autouse=True)
-def close_figures():
+def close_figures(request):
+    before = set(plt.get_fignums())
     yield
-    plt.close("all")
+    for num in set(plt.get_fignums()) - before:
+        plt.close(num)
+
+
+def _collection(ax, gid):
+    return [c for c in ax.collections if c.get_gid() == gid]
 
 
 def _points(ax):
-    offsets = [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+    offsets = [c.get_offsets() for c in _collection(ax, "points") if len(c.get_offsets())]
     return np.concatenate(offsets) if offsets else np.empty((0, 2))
 
 
-def _texts(ax):
-    return [t.get_text() for t in ax.texts]
+def _texts(ax, gid=None):
+    return [t.get_text() for t in ax.texts if gid is None or t.get_gid() == gid]
 
 
-def test_memory_vs_speed_plots_the_fitting_recipes_in_order(measurements):
+def _arrows(ax):
+    return [(tuple(a.xyann), tuple(a.xy)) for a in ax.texts if a.get_gid() == "path-arrow"]
+
+
+def _box(artist, renderer):
+    b = Text.get_window_extent(artist, renderer) if isinstance(artist, Text) else artist.get_window_extent(renderer)
+    return (b.x0, b.y0, b.x1, b.y1)
+
+
+def test_memory_vs_speed_plots_the_fitting_recipes_in_order_in_gib(measurements):
     ax = memory_vs_speed(measurements)
-    pts = _points(ax)
-    assert pts.tolist() == [[2000.0, 100.0], [1500.0, 70.0], [1200.0, 40.0]]
-    texts = _texts(ax)
-    assert "1. baseline" in texts and "2. with checkpointing" in texts and "3. accumulation" in texts
-    assert ax.get_xlabel().startswith("training speed") and "MiB" in ax.get_ylabel()
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["this run: TestCPU"]
+    np.testing.assert_allclose(_points(ax), [[2000.0, 100 / 1024], [1500.0, 70 / 1024], [1200.0, 40 / 1024]])
+    shown = _texts(ax, "point-label") + _texts(ax, "caption")
+    for name in ("1. baseline", "2. with checkpointing", "3. accumulation"):
+        assert any(name in t for t in shown)
+    assert ax.get_xlabel().startswith("training speed") and "GiB" in ax.get_ylabel()
+
+
+def test_arrows_follow_the_order_given_and_reference_points_are_not_joined(measurements, h200):
+    ax = memory_vs_speed(measurements, h200)
+    mine = [(m.tokens_per_s, m.peak_bytes / GiB) for m in measurements if m.fits]
+    assert _arrows(ax) == [(a, b) for a, b in zip(mine, mine[1:])]
+    reversed_ax = memory_vs_speed(measurements[::-1], h200)
+    assert _arrows(reversed_ax) == [(a, b) for a, b in zip(mine[::-1], mine[::-1][1:])]
+    assert not any(line.get_xdata().size > 1 for line in ax.lines if line.get_gid() != "card-line")
+
+
+def test_the_legend_says_which_run_is_which(measurements, h200):
+    ax = memory_vs_speed(measurements, h200)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend[:2] == ["this run: tiny on TestCPU", "reference (shipped): llama-3.1-8b on NVIDIA H200"]
+    assert legend[2].startswith("Pareto front of each series")
+    mine, ref = _collection(ax, "points")
+    assert mine.get_paths()[0] != ref.get_paths()[0]  # another marker
+    assert tuple(mine.get_edgecolor()[0]) != tuple(ref.get_edgecolor()[0])  # and another colour
+    assert len(_points(ax)) == 3 + len(h200)
+
+
+@pytest.mark.parametrize("points, front", [
+    ([(1000, 10.0)], [0]),
+    ([(1000, 10.0), (2000, 5.0)], [1]),  # faster and leaner beats the first
+    ([(1000, 5.0), (2000, 10.0), (1500, 7.0)], [0, 1, 2]),  # each trades speed for memory
+    ([(1000, 5.0), (900, 5.0), (1000, 6.0)], [0]),  # a tie in one, worse in the other: beaten
+    ([(1000, 5.0), (1000, 5.0)], [0, 1]),  # equal points beat neither
+])
+def test_pareto_front_keeps_what_nothing_beats(points, front):
+    assert pareto_front(points) == front
+
+
+def test_the_plot_rings_each_series_front(h200):
+    ax = memory_vs_speed([], h200)
+    xy = [(m.tokens_per_s, (m.cuda_max_allocated or m.peak_bytes) / GiB) for m in h200]
+    ringed = _collection(ax, "pareto")[0].get_offsets().tolist()
+    np.testing.assert_allclose(ringed, [xy[i] for i in pareto_front(xy)])
+    labels = {m.label for m, p in zip(h200, xy) if any(np.allclose(p, q) for q in ringed)}
+    assert "QLoRA 16x1" in labels and "source chapter recipe (QLoRA 1x16)" in labels  # fastest low-memory, leanest
+    assert "full FT bf16, ckpt, 1x16, adamw_torch" not in labels
+
+
+def test_card_lines_reach_the_smallest_card_that_holds_the_peak(h200, t4_ladder):
+    ax = memory_vs_speed([], h200)  # up to 75 GiB: every card
+    lines = sorted(line.get_ydata()[0] for line in ax.lines if line.get_gid() == "card-line")
+    assert lines == [PROFILES["t4"].card_bytes / GiB, 16.0, 24.0, 80.0]
+    names = _texts(ax, "card-label")
+    assert names == [f"{name}: {gib:g} GiB" for name, gib in plots.LEARNER_CARDS]
+    assert names[0] == "free T4 (Colab): 14.75 GiB"
+    small = memory_vs_speed(t4_ladder)  # under 8 GiB: the free T4 holds it all
+    assert [line.get_ydata()[0] for line in small.lines if line.get_gid() == "card-line"] == [14.75]
+    cpu = memory_vs_speed([make("a", 300, 1000.0), make("b", 60, 900.0)])  # a CPU's MiB: no card says anything
+    assert not [line for line in cpu.lines if line.get_gid() == "card-line"]
+
+
+def test_memory_axis_turns_log_when_the_range_needs_it(measurements, h200, t4_ladder):
+    assert memory_vs_speed(measurements).get_yscale() == "linear"  # 40 to 100 MiB
+    assert memory_vs_speed(measurements).get_ylim()[0] == 0  # from zero: a saving looks as big as it is
+    assert memory_vs_speed(t4_ladder).get_yscale() == "log"  # 0.56 to 14.75 GiB
+    assert memory_vs_speed(measurements, h200).get_yscale() == "log"
+    assert "log scale" in memory_vs_speed(t4_ladder).get_ylabel()
+    lo, hi = memory_vs_speed(t4_ladder).get_ylim()
+    assert lo < 570 / 1024 and hi > 14.75  # nothing clipped, the T4's line inside
+
+
+def test_no_point_is_clipped(h200):
+    ax = memory_vs_speed([], [m for m in h200 if m.label.startswith("LoRA bf16, ckpt, 1x16")])
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    for x, y in _points(ax):
+        assert x0 < x < x1 and y0 < y < y1
 
 
 def test_does_not_fit_is_listed_not_plotted(measurements):
     ax = memory_vs_speed(measurements)
-    assert 500.0 not in _points(ax)[:, 1]
-    listed = [t for t in _texts(ax) if t.startswith("does not fit:")]
-    assert listed == ["does not fit: far too big"]
+    assert 500 / 1024 not in _points(ax)[:, 1]
+    assert [t for t in _texts(ax) if t.startswith("does not fit:")] == ["does not fit: far too big"]
     assert not any("far too big" in t and not t.startswith("does not fit") for t in _texts(ax))
 
 
 def test_cuda_peak_is_plotted_when_measured():
     ax = memory_vs_speed([make("gpu run", 100, 900.0, cuda_mib=120)])
-    assert _points(ax).tolist() == [[900.0, 120.0]]
+    assert _points(ax).tolist() == [[900.0, 120 / 1024]]
 
 
-def test_reference_points_are_a_second_series(measurements):
-    reference = [make("ref a", 300, 9000.0, device="NVIDIA T4"), make("ref b", 200, 8000.0, device="NVIDIA T4")]
-    ax = memory_vs_speed(measurements, reference)
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend == ["this run: TestCPU", "reference: NVIDIA T4"]
-    assert len(_points(ax)) == 5
+def _crowded():
+    mine = [make(f"+ technique number {i}", 60 + 10 * (i % 3), 1300.0 + 40 * i) for i in range(8)]
+    return mine
+
+
+@pytest.mark.parametrize("case", ["t4", "crowded"])
+def test_labels_do_not_collide(case, h200, t4_figure):
+    fig = t4_figure if case == "t4" else technique_figure(_crowded(), h200)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_gid() in ("point-label", "card-label")]
+    boxes = [_box(t, renderer) for t in labels]
+    for (a, ta), (b, tb) in itertools.combinations(zip(boxes, labels), 2):
+        assert not overlaps(a, b), f"{ta.get_text()!r} overlaps {tb.get_text()!r}"
+    frame = _box(ax, renderer)
+    for box, t in zip(boxes, labels):
+        assert frame[0] <= box[0] and box[2] <= frame[2] and frame[1] <= box[1] and box[3] <= frame[3], t.get_text()
+    centres = ax.transData.transform(_points(ax))
+    r = 4 * fig.dpi / 72  # a marker's half-width
+    for box, t in zip(boxes, labels):
+        for x, y in centres:
+            assert not overlaps(box, (x - r, y - r, x + r, y + r)), f"{t.get_text()!r} covers a point"
+
+
+@pytest.mark.parametrize("case", ["t4", "crowded"])
+def test_every_point_is_named_on_the_plot_or_under_it(case, h200, t4_ladder, t4_figure):
+    mine = t4_ladder if case == "t4" else _crowded()
+    ax = (t4_figure if case == "t4" else technique_figure(mine, h200)).axes[0]
+    on_plot = _texts(ax, "point-label")
+    caption = "\n".join(_texts(ax, "caption")).splitlines()
+    fits = [m for m in mine if m.fits]
+    ids = [str(i) for i in range(1, len(fits) + 1)] + [plots.letters(i) for i in range(len(h200))]
+    for i, m in zip(ids, fits + h200):
+        named = f"{i}. {m.label}"
+        assert named in on_plot or (i in on_plot and named in caption) or f"{named} (no room to mark it)" in caption
+    if case == "t4":  # the shipped runs and a ladder: every point gets its name or its id on the plot
+        assert len(on_plot) == len(ids)
+
+
+def test_captions_and_legend_keep_off_the_axis_labels_and_data(t4_figure):
+    fig = t4_figure
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    frame, xlabel = _box(ax, renderer), _box(ax.xaxis.label, renderer)
+    ticks = [_box(t, renderer) for t in ax.get_xticklabels() if t.get_text()]
+    captions = [_box(t, renderer) for t in ax.texts if t.get_gid() == "caption"]
+    assert captions
+    for c in captions:
+        assert not overlaps(c, frame) and not overlaps(c, xlabel) and not any(overlaps(c, t) for t in ticks)
+    legend, title = _box(ax.get_legend(), renderer), _box(ax.title, renderer)
+    assert not overlaps(legend, frame) and not overlaps(legend, title)
+    figure = fig.bbox
+    for c in captions + [legend, title, xlabel]:  # and nothing drawn outside the figure
+        assert c[0] >= figure.x0 and c[2] <= figure.x1 and c[1] >= figure.y0 and c[3] <= figure.y1
+
+
+def _all_text(fig):
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+
+
+@pytest.mark.parametrize("kind", ["technique", "ladder", "breakdown", "curves", "loss", "speed only"])
+def test_figures_fit_jupyterlab_at_full_size_with_readable_text(kind, measurements, h200, t4_ladder):
+    sweep = {"no checkpointing": [make(f"seq={v}", v, 1000.0, max_seq_length=v) for v in (64, 128, 256)]}
+    fig = {"technique": lambda: technique_figure(t4_ladder[:3], h200[:3]),
+           "ladder": lambda: ladder_figure(t4_ladder, h200),
+           "breakdown": lambda: plots.breakdown_figure(measurements[:2], h200[:2]),
+           "curves": lambda: plots.curves_figure({"max_seq_length": sweep, "micro_batch": sweep}),
+           "loss": lambda: plots.loss_figure(measurements, h200[:2]),
+           "speed only": lambda: memory_vs_speed(measurements).figure}[kind]()
+    fig.canvas.draw()
+    assert fig.get_size_inches()[0] <= 10 and fig.get_size_inches()[0] * fig.dpi <= 1000
+    tight = fig.get_tightbbox(fig.canvas.get_renderer())
+    assert tight.width <= 10  # what the inline backend's bbox_inches="tight" keeps
+    small = [(t.get_text(), t.get_fontsize()) for t in _all_text(fig) if t.get_fontsize() < plots.FONT_PT]
+    assert not small
 
 
 def test_memory_breakdown_stacks_the_categories():
@@ -89,8 +286,25 @@ def test_memory_breakdown_stacks_the_categories():
     for patch in ax.patches:
         widths.setdefault(round(patch.get_y(), 3), []).append(patch.get_width())
     totals = sorted((sum(w) for w in widths.values()), reverse=True)
-    assert totals == pytest.approx([100.0, 50.0])
+    assert totals == pytest.approx([100.0, 50.0])  # MiB: every peak is under 1 GiB
     assert [t.get_text() for t in ax.get_yticklabels()] == ["1. a", "2. b"]
+    assert ax.get_xlabel().startswith("MiB")
+    assert memory_breakdown([make("big", 40 * 1024, 1.0)]).get_xlabel().startswith("GiB")
+
+
+def test_memory_breakdown_legend_keeps_off_the_bars():
+    ax = memory_breakdown([make("a", 100, 1.0), make("b", 50, 1.0, micro_batch=2)])
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    assert not overlaps(_box(ax.get_legend(), renderer), _box(ax, renderer))
+
+
+def test_memory_curves_are_linear_with_ticks_at_the_values_swept():
+    sweep = {"no checkpointing": [make(f"seq={v}", 0.5 * v, 1000.0, max_seq_length=v) for v in (64, 128, 256, 512)]}
+    ax = memory_curves(sweep, "max_seq_length")
+    assert ax.get_xscale() == "linear" and ax.get_yscale() == "linear"  # a straight line is linear growth
+    assert list(ax.get_xticks()) == [64, 128, 256, 512]
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
 
 
 def test_ladder_figure_saves_and_lists_the_misfit(measurements, tmp_path):
@@ -100,10 +314,10 @@ def test_ladder_figure_saves_and_lists_the_misfit(measurements, tmp_path):
     left, right = fig.axes[:2]
     assert len(_points(left)) == 3
     assert "does not fit: far too big" in _texts(left)
-    annotations = [t for t in _texts(left) if not t.startswith("does not fit")]
-    assert annotations == ["1", "2", "3"]  # numbers only; the names are on the bars
     bars = [t.get_text() for t in right.get_yticklabels()]
-    assert bars == ["1. baseline", "2. with checkpointing", "3. accumulation"]
+    assert bars == ["1. baseline", "2. with checkpointing", "3. accumulation"]  # numbered as the points are
+    assert _box(right, fig.canvas.get_renderer())[3] < min(
+        _box(t, fig.canvas.get_renderer())[1] for t in left.texts if t.get_gid() == "caption")
 
 
 def test_ladder_figure_without_path_writes_nothing(measurements, tmp_path, monkeypatch):
@@ -111,3 +325,11 @@ def test_ladder_figure_without_path_writes_nothing(measurements, tmp_path, monke
     fig = ladder_figure(measurements)
     assert fig is not None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_notebooks_technique_figure_draws_one_plot_of_both(measurements, h200):
+    from course_utils.notebook import technique_figure as notebook_figure
+
+    fig = notebook_figure(measurements + [None], h200, title="every technique so far")
+    assert len(fig.axes) == 1 and fig.axes[0].get_title() == "every technique so far"
+    assert len(_points(fig.axes[0])) == 3 + len(h200)

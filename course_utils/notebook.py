@@ -224,15 +224,17 @@ def check_recipe(recipe: Recipe, hardware: str = "t4", budget_gib: float | None 
 
 
 def checklist_widget(recipe: Recipe, hardware: str = "t4"):
-    """Tick the checklist's items and see the estimated peak change (ipywidgets; text when printed)."""
+    """Tick the checklist's items and see the estimated peak change (ipywidgets). Its display also
+    carries the checklist's state as Markdown and text (GitHub, nbviewer, a terminal show that)."""
     import ipywidgets as w
 
     from .estimate import HARDWARE
+    from .static_copy import CopiedVBox
 
     boxes = [w.Checkbox(value=bool(follows(recipe)), description=item, indent=False,
-                        layout=w.Layout(width="340px")) for item, follows, _ in CHECKLIST]
+                        layout=w.Layout(width="auto", max_width="100%")) for item, follows, _ in CHECKLIST]
     device = w.Dropdown(options=list(HARDWARE), value=hardware, description="hardware")
-    out = w.HTML()
+    out = w.HTML(layout=w.Layout(min_width="0", overflow="auto"))  # the report scrolls; the labels keep their width
 
     def current() -> Recipe:
         r = recipe
@@ -247,4 +249,29 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
     for control in boxes + [device]:
         control.observe(update, names="value")
     update()
-    return w.VBox([device, w.HBox([w.VBox(boxes), out])])
+    report = lambda: check_recipe(current(), device.value)  # noqa: E731  (the state when displayed)
+    return CopiedVBox([device, w.HBox([w.VBox(boxes, layout=w.Layout(flex="0 0 auto")), out])],
+                      text=lambda: f"{_CHECKLIST_TITLE}:\n{report()}\n",
+                      markdown=lambda: checklist_markdown(report()))
+
+
+_CHECKLIST_TITLE = "Memory checklist as it stood when this cell ran (run the cell in Jupyter or Colab to change it)"
+
+
+def checklist_markdown(report: str) -> str:
+    """check_recipe's report as Markdown: its first lines as text, its items as a table (ticked or not,
+    the estimated peak without the item)."""
+    import re
+
+    from .static_copy import md_escape
+
+    head, rows = [], []
+    for line in report.splitlines():
+        item = re.match(r"^\[(?P<mark>[x ])\] (?P<item>.+?)(?:\s+without it:\s+(?P<without>.+))?$", line)
+        if item:
+            mark, without = ("\u2611 yes" if item["mark"] == "x" else "\u2610 no"), item["without"] or "\u2013"
+            rows.append(f"| {mark} | {md_escape(item['item'])} | {without} |")
+        else:
+            head.append(md_escape(line))
+    return "\n".join([f"**{md_escape(_CHECKLIST_TITLE)}**", "", "  \n".join(head), "",
+                      "| followed | checklist item | estimated peak without it |", "|:--|:--|--:|", *rows]) + "\n"

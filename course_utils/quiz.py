@@ -27,6 +27,9 @@ from typing import Any
 import ipywidgets as widgets
 import yaml
 
+from .static_copy import StaticCopy
+from .static_copy import md_escape as _md
+
 TYPES = ("single", "multiple", "numeric")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _BANK_KEYS = {"title", "questions"}
@@ -443,14 +446,6 @@ def choice_order(question: Question) -> list[int]:
     return order
 
 
-def _md(text: str) -> str:
-    """Text for Markdown: characters that would format are escaped outside `code` spans."""
-    parts = text.split("`")
-    for i in range(0, len(parts), 2):  # even parts are outside code spans
-        parts[i] = re.sub(r"([\\*_~<>\[\]])", r"\\\1", parts[i])
-    return "`".join(parts)
-
-
 def _plain(text: str) -> str:
     """Text for a widget label: the `code` marks dropped."""
     return text.replace("`", "")
@@ -614,8 +609,9 @@ class QuestionWidget(widgets.VBox):
         self._on_graded()
 
 
-class Quiz(widgets.VBox):
-    """A quiz: a title, its questions, a running score, and Start over. Displays a text copy where widgets cannot."""
+class Quiz(StaticCopy, widgets.VBox):
+    """A quiz: a title, its questions, a running score, and Start over. Its display carries the questions,
+    without the answers, as Markdown and text for where widgets cannot render (course_utils.static_copy)."""
 
     def __init__(self, title: str, questions: Sequence[Question], sources: Sequence[str] | None = None):
         self.title = title
@@ -659,33 +655,17 @@ class Quiz(widgets.VBox):
         """The questions without their answers, as Markdown."""
         return quiz_markdown(self.title, self.question_list)
 
-    def __repr__(self) -> str:
-        return self.text()
-
-    def _repr_mimebundle_(self, **kwargs) -> dict:
-        """The widget view plus text fallbacks: where the widget cannot render, the questions still show.
-
-        Built here rather than by super(): ipywidgets 7 (Colab's) has no Widget._repr_mimebundle_, only
-        _ipython_display_; both 7 and 8 send this same widget-view message (version_major 2).
-        """
-        return {"application/vnd.jupyter.widget-view+json": {"version_major": 2, "version_minor": 0,
-                                                             "model_id": self.model_id},
-                "text/plain": self.text(), "text/markdown": self.markdown()}
-
     def _ipython_display_(self) -> None:
         # show_quiz() displays the quiz and returns it; when that call is a cell's last line, IPython
         # would display the returned quiz a second time. It is shown once per cell.
         from IPython import get_ipython
-        from IPython.display import display
 
         shell = get_ipython()
         count = getattr(shell, "execution_count", None)
         if count is not None and count == self._shown_in_cell:
             return
         self._shown_in_cell = count
-        display(self._repr_mimebundle_(), raw=True)
-        if hasattr(self, "_handle_displayed"):  # ipywidgets 7: its own display fires on_displayed callbacks
-            self._handle_displayed()
+        super()._ipython_display_()
 
 
 def _show(quiz: Quiz) -> Quiz:
@@ -727,10 +707,14 @@ def chapter_questions(n: int = 10, seed: int = 0) -> list[Question]:
     return [q for group in taken for q in group]
 
 
-def show_chapter_quiz(n: int = 10, seed: int = 0) -> Quiz:
-    """Display a chapter quiz of n questions drawn from every notebook's bank, and return it."""
+def make_chapter_quiz(n: int = 10, seed: int = 0) -> Quiz:
+    """The chapter quiz widget (n questions drawn from every notebook's bank), not displayed."""
     titles = {b.name: b.title for b in all_banks()}
     questions = chapter_questions(n, seed)
-    quiz = Quiz(f"Chapter 3, {len(questions)} questions from every notebook", questions,
+    return Quiz(f"Chapter 3, {len(questions)} questions from every notebook", questions,
                 sources=[titles[q.bank] for q in questions])
-    return _show(quiz)
+
+
+def show_chapter_quiz(n: int = 10, seed: int = 0) -> Quiz:
+    """Display a chapter quiz of n questions drawn from every notebook's bank, and return it."""
+    return _show(make_chapter_quiz(n, seed))

@@ -1,7 +1,11 @@
-"""Make executed notebooks fit to commit: no widget state, no widget-only outputs (progress bars
-that GitHub cannot draw), no absolute paths. A widget that carries a static copy of itself (the
-quiz: its questions as Markdown) keeps that copy, so GitHub and nbviewer show it. Fails, naming the
-cell, if a path remains.
+"""Make executed notebooks fit to commit: no widget state, no absolute paths. Fails, naming the cell,
+if a path remains. Running it twice changes nothing the second time.
+
+What it removes is widget state only: the notebook's `widgets` metadata and each output's widget view
+(`application/vnd.jupyter.widget-view+json`, a model id that means nothing without a kernel). A widget
+that carries a static copy of itself (the quiz's questions, the checklist's state: text/markdown,
+course_utils.static_copy) keeps that copy, which GitHub and nbviewer show. An output left with nothing
+but the widget's Python repr (a progress bar frozen at 0%, `VBox(children=...)`) is dropped whole.
 
     python scripts/clean_notebooks.py notebooks/*.ipynb
 """
@@ -14,8 +18,25 @@ import sys
 from pathlib import Path
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-STATIC_COPY = "text/markdown"  # what a widget adds for where it cannot render (course_utils.quiz)
+REPR_ONLY = {"text/plain"}  # what ipywidgets and tqdm add beside the view: the widget's repr
 ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|work|tmp|usr|opt|Users|content)/[\w.\-/]+")
+
+
+def without_widget_state(out: dict) -> dict | None:
+    """An output without its widget view; None when what is left is only the widget's repr."""
+    data = out.get("data", {})
+    if WIDGET_VIEW not in data:
+        return out
+    static = {k: v for k, v in data.items() if k != WIDGET_VIEW}
+    if set(static) <= REPR_ONLY:
+        return None
+    return {**out, "data": static}
+
+
+def _shown_text(out: dict) -> str:
+    """The text an output shows (stream text and the text mime entries), for the path check."""
+    data = out.get("data", {})
+    return json.dumps(out.get("text", "")) + "".join(json.dumps(data.get(k, "")) for k in ("text/plain", "text/markdown"))
 
 
 def clean(path: Path) -> list[str]:
@@ -26,19 +47,10 @@ def clean(path: Path) -> list[str]:
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
             continue
-        outputs = []
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if WIDGET_VIEW in data:
-                if STATIC_COPY not in data:
-                    continue  # a progress bar or widget: its state is not saved, so drop its placeholder
-                out = {**out, "data": {k: v for k, v in data.items() if k != WIDGET_VIEW}}
-                data = out["data"]
-            outputs.append(out)
-            text = json.dumps(out.get("text", "")) + json.dumps(data.get("text/plain", ""))
-            if ABSOLUTE_PATH.search(text):
-                problems.append(f"{path.name} cell {i}: absolute path {ABSOLUTE_PATH.search(text).group(0)!r}")
-        cell["outputs"] = outputs
+        cell["outputs"] = [kept for out in cell.get("outputs", []) if (kept := without_widget_state(out)) is not None]
+        for out in cell["outputs"]:
+            if match := ABSOLUTE_PATH.search(_shown_text(out)):
+                problems.append(f"{path.name} cell {i}: absolute path {match.group(0)!r}")
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return problems
 

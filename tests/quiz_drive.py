@@ -75,7 +75,9 @@ def learner_session(bank: str = BANK) -> dict:
 
     recipe = Recipe(model="llama-3.1-8b", micro_batch=1, max_seq_length=512, load_in_4bit=True,
                     gradient_checkpointing=True, grad_accum=8, optimizer="paged_adamw_8bit", precision="bf16")
-    device, boxes, out = checklist_parts(checklist_widget(recipe, hardware="t4"))
+    widget = checklist_widget(recipe, hardware="t4")
+    seen["checklist_bundle"] = sorted(widget._repr_mimebundle_())
+    device, boxes, out = checklist_parts(widget)
     seen["checklist_ticked"] = [box.value for box in boxes]
     seen["checklist_t4"] = out.value
     boxes[0].value = False  # untick "Use QLoRA"
@@ -110,6 +112,7 @@ def check_session(seen: dict, bank: str = BANK) -> None:
     assert seen["score"] == [3, len(questions)] and f"Score: 3/{len(questions)}" in seen["score_label"]
     assert seen["score_after_reset"] == [0, len(questions)]
 
+    assert {"application/vnd.jupyter.widget-view+json", "text/plain", "text/markdown"} <= set(seen["checklist_bundle"])
     assert all(seen["checklist_ticked"][:5])  # QLoRA, checkpointing, accumulation, 8-bit optimizer, bf16
     assert "[x] Use QLoRA" in seen["checklist_t4"] and "fits" in seen["checklist_t4"]
     assert "[ ] Use QLoRA" in seen["checklist_no_qlora"] and "DOES NOT FIT" in seen["checklist_no_qlora"]

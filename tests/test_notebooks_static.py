@@ -240,35 +240,130 @@ def test_setup_cell_does_nothing_outside_colab(monkeypatch, capsys):
     assert pip.calls == [] and capsys.readouterr().out == ""
 
 
-def test_quiz_cells_are_committed_with_their_static_copy():
-    """GitHub and nbviewer cannot draw the quiz widget: its committed output keeps the Markdown copy."""
-    import json
-    from pathlib import Path
-
-    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
-        nb = json.loads(path.read_text())
-        cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "show_quiz(" in "".join(c["source"]))
-        shown = ["".join(o.get("data", {}).get("text/markdown", "")) for o in cell.get("outputs", [])]
-        assert any("1." in text for text in shown), f"{path.name}: the quiz cell has no static copy"
+# --- static views of the quizzes and the checklist -----------------------------------------------
+# GitHub, nbviewer and a notebook opened without a kernel draw no widgets: the committed quiz and
+# checklist cells keep the Markdown and text copy the widgets display beside their view
+# (course_utils.static_copy); scripts/clean_notebooks.py removes the view and the widget state only.
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+QUIZ_CALLS = {"show_quiz": "make_quiz", "show_chapter_quiz": "make_chapter_quiz"}
 
 
-def test_cleaning_keeps_a_widgets_static_copy_and_drops_bare_widgets(tmp_path):
+def _joined(value) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _shown(outputs: list, mime: str) -> list[str]:
+    """The `mime` entry of each output that has one."""
+    return [_joined(o["data"][mime]) for o in outputs if mime in o.get("data", {})]
+
+
+def _calls(source: str, names) -> list[ast.Call]:
+    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id in names]
+
+
+def _quizzes_shown(nb: dict) -> list[tuple[dict, object]]:
+    """(cell, the quiz it shows, rebuilt from the cell's call and the banks) for every quiz cell."""
+    from course_utils import quiz as Q
+
+    found = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        for call in _calls(_joined(cell["source"]), QUIZ_CALLS):
+            args = [ast.literal_eval(a) for a in call.args]
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+            found.append((cell, getattr(Q, QUIZ_CALLS[call.func.id])(*args, **kwargs)))
+    return found
+
+
+def _answers() -> list[str]:
+    """Every explanation, hint and wrong-answer note of every bank: what only a graded answer shows."""
+    from course_utils.quiz import all_banks
+
+    texts = [t for b in all_banks() for q in b.questions
+             for t in [q.explanation, q.hint, *(c.explanation for c in q.choices), *(w.explanation for w in q.wrong_answers)]]
+    return sorted({t for t in texts if t})
+
+
+def _unescaped(markdown: str) -> str:
+    return re.sub(r"\\([\\*_~<>\[\]])", r"\1", markdown)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_quiz_cells_show_their_questions_statically(path):
+    """Each quiz cell's committed output shows every question and choice as Markdown and text."""
+    quizzes = _quizzes_shown(_load(path))
+    assert quizzes, f"{path.name} has no quiz cell (show_quiz(...))"
+    for cell, quiz in quizzes:
+        outputs = cell.get("outputs", [])
+        markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
+        assert len(markdown) == 1 and len(text) == 1, (
+            f"{path.name}: the quiz cell {quiz.title!r} has {len(markdown)} Markdown and {len(text)} text outputs, "
+            "not one of each: re-execute the notebook and run scripts/clean_notebooks.py")
+        for rendering in (_unescaped(markdown[0]), text[0]):
+            for q in quiz.question_list:
+                assert q.prompt in rendering, f"{path.name}: question {q.id} is missing or stale in the static copy"
+                for c in q.choices:
+                    assert c.text in rendering, f"{path.name}: question {q.id}: choice {c.text!r} is missing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_static_quiz_copies_give_no_answer_away(path):
+    """No committed output holds an explanation (shown only after Check), marks a right choice, or
+    fills in a numeric answer."""
+    outputs = [o for c in _load(path)["cells"] for o in c.get("outputs", [])]
+    shown = "\n".join([_joined(o.get("text", "")) for o in outputs]
+                      + [_unescaped(_joined(v)) for o in outputs for k, v in o.get("data", {}).items() if k.startswith("text/")])
+    leaked = [t for t in _answers() if t in shown]
+    assert not leaked, f"{path.name}: committed outputs hold quiz explanations: {leaked[:3]}"
+    for cell, quiz in _quizzes_shown(_load(path)):
+        for copy in _shown(cell.get("outputs", []), "text/plain") + _shown(cell.get("outputs", []), "text/markdown"):
+            marks = set(re.findall(r"^\s+(?:- )?(\(.\)|\[.\]) [A-Z]\. ", copy, re.M))
+            assert marks <= {"( )", "[ ]"}, f"{path.name}: a choice is marked in the static quiz: {marks}"
+            assert not re.search(r"Answer: (?!_)", copy), f"{path.name}: a numeric answer is filled in"
+            assert not re.search(r"\b(correct|right) answer\s*:", copy, re.I)
+
+
+def test_checklist_cells_show_their_state_statically():
+    """The checklist widget's committed output shows each item, ticked or not, as Markdown and text."""
+    from course_utils.notebook import CHECKLIST
+    from course_utils.static_copy import md_escape
+
+    cells = [(path, c) for path in NOTEBOOKS for c in _load(path)["cells"]
+             if c["cell_type"] == "code" and _calls(_joined(c["source"]), {"checklist_widget"})]
+    assert cells, "no notebook shows the checklist widget (checklist_widget(...))"
+    for path, cell in cells:
+        outputs = cell.get("outputs", [])
+        markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
+        assert len(markdown) == 1 and len(text) == 1, (
+            f"{path.name}: the checklist cell has {len(markdown)} Markdown and {len(text)} text outputs, not one "
+            "of each: re-execute the notebook and run scripts/clean_notebooks.py")
+        assert "estimated peak" in markdown[0] and "estimated peak" in text[0]
+        for item, _, _ in CHECKLIST:
+            assert re.search(rf"^\| [\u2611\u2610] (yes|no) \| {re.escape(md_escape(item))} \|", markdown[0], re.M), (
+                f"{path.name}: the checklist's Markdown copy has no row for {item!r}")
+            assert re.search(rf"^\[[x ]\] {re.escape(item)}", text[0], re.M), (
+                f"{path.name}: the checklist's text copy has no line for {item!r}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_output_carries_a_widget_view(path):
+    """A widget view is a model id that means nothing without the kernel: the cleaning script removes it."""
+    for i, cell in enumerate(_load(path)["cells"]):
+        for out in cell.get("outputs", []):
+            assert WIDGET_VIEW not in out.get("data", {}), f"{path.name} cell {i}: run scripts/clean_notebooks.py"
+
+
+def test_committed_notebooks_are_clean(tmp_path):
+    """scripts/clean_notebooks.py changes nothing in a committed notebook."""
     import importlib.util
-    import json
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("clean_notebooks", Path(__file__).resolve().parents[1] /
-                                                  "scripts" / "clean_notebooks.py")
+    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "clean_notebooks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    view = {"model_id": "x", "version_major": 2, "version_minor": 0}
-    quiz = {"output_type": "display_data", "metadata": {},
-            "data": {mod.WIDGET_VIEW: view, "text/plain": "Quiz", "text/markdown": "**Quiz**\n1. a question"}}
-    bar = {"output_type": "display_data", "metadata": {}, "data": {mod.WIDGET_VIEW: view, "text/plain": "0%|"}}
-    nb = {"cells": [{"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1,
-                     "outputs": [bar, quiz]}], "metadata": {"widgets": {}}, "nbformat": 4, "nbformat_minor": 5}
-    path = tmp_path / "n.ipynb"
-    path.write_text(json.dumps(nb))
-    assert mod.clean(path) == []
-    (out,) = json.loads(path.read_text())["cells"][0]["outputs"]
-    assert set(out["data"]) == {"text/plain", "text/markdown"} and "widgets" not in json.loads(path.read_text())["metadata"]
+    for path in NOTEBOOKS:
+        copy = tmp_path / path.name
+        copy.write_text(path.read_text())
+        assert mod.clean(copy) == []
+        assert copy.read_text() == path.read_text(), f"{path.name}: run scripts/clean_notebooks.py on it"

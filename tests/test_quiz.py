@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import os
 import re
 import shutil
@@ -447,28 +446,6 @@ def test_in_ipython_show_quiz_displays_once_with_text_fallbacks(tmp_path, monkey
         assert len(cap.outputs) == 2
     finally:
         InteractiveShell.clear_instance()
-
-
-def test_executed_notebook_renders_the_questions_statically(tmp_path):
-    """Run a quiz cell in a real kernel, drop widget state as the committed notebooks do, render with nbconvert."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbconvert import HTMLExporter
-
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from course_utils.quiz import show_quiz\nshow_quiz('05_qlora_4bit')")]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = nb.cells[0].outputs
-    assert [o.output_type for o in outputs] == ["display_data"], outputs  # no execute_result duplicate
-    nb.metadata.pop("widgets", None)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    text = html.unescape(re.sub(r"<[^>]+>", "", body))
-    bank = load_bank("05_qlora_4bit")
-    for q in bank.questions:
-        assert q.prompt.replace("`", "") in text.replace("`", "")
-        for explanation in _explanations(q):
-            assert explanation not in text
 
 
 # --- packaging -----------------------------------------------------------------------------------

@@ -4,9 +4,11 @@ trl and bitsandbytes, with their current APIs. When those libraries move, this f
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .hardware import HardwareError, apply_profile, bitsandbytes_status, device_type, resolve_precision
@@ -139,15 +141,26 @@ def load_model(recipe: Recipe, precision: str):
 
     from .models import resolve_model
 
+    from .checks import check_positions
+    from .models import hub_error
+
     source = resolve_model(recipe.model)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     apply_profile()  # under a device profile (COURSE_PROFILE=t4): its attention kernels and memory cap
-    model = AutoModelForCausalLM.from_pretrained(
-        source,
-        dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
-        quantization_config=quantization_config(recipe, precision),
-        device_map={"": device},
-    )
+    local = Path(source).is_dir()  # a download keeps its progress bar; a local load's bar would pile up
+    try:
+        with no_progress_bars() if local else contextlib.nullcontext():
+            model = AutoModelForCausalLM.from_pretrained(
+                source,
+                dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
+                quantization_config=quantization_config(recipe, precision),
+                device_map={"": device},
+            )
+    except OSError as exc:  # a hub id that is gated, unknown or unreachable: one line that says what to do
+        if local:
+            raise
+        raise hub_error(recipe.model, exc) from None
+    check_positions(recipe.model, recipe.max_seq_length, getattr(model.config, "max_position_embeddings", None))
     tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:  # Llama tokenizers ship without one
         tokenizer.pad_token = tokenizer.eos_token
@@ -223,6 +236,7 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         seed=recipe.seed,
         data_seed=recipe.seed,
         dataloader_num_workers=0,
+        dataloader_drop_last=True,  # every micro-batch holds micro_batch sequences, the last of an epoch too
         dataloader_pin_memory=not on_cpu,
         disable_tqdm=True,
         use_cpu=on_cpu,
@@ -313,6 +327,7 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         trainer.train_dataset = trainer.train_dataset.filter(lambda row: len(row["input_ids"]) == full)
     finally:
         datasets.enable_progress_bars()
+    check_packed(recipe, len(trainer.train_dataset))
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # the losses are recorded, not printed
@@ -331,6 +346,15 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
     return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
                  trainer=trainer, notes=notes)
+
+
+def check_packed(recipe: Recipe, sequences: int) -> None:
+    """The packed data must hold one whole micro-batch; fewer sequences would train a smaller batch than
+    the one recorded (a wrong measurement)."""
+    if sequences < recipe.micro_batch:
+        raise RecipeError(
+            f"The training data packs into {sequences} sequences of {recipe.max_seq_length} tokens, fewer than "
+            f"one micro-batch of {recipe.micro_batch}. Use micro_batch <= {sequences}, or a shorter max_seq_length.")
 
 
 @releases_memory

@@ -42,6 +42,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
                   steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
     store = ResultStore(args.store) if args.store else default_store()
+    out = _output_folder(args.out)  # a folder that cannot be written is refused before anything is measured
+    from .measure import _check_writable
+
+    _check_writable(store)
+    _STATE["store"], _STATE["stored_before"] = store, _count(store)
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
@@ -61,8 +66,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if cached:
         print(f"\n({cached} of the rungs came from the results store; --force re-measures them.)")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     with open(out / "ladder.jsonl", "w") as fh:
         for i, m in enumerate(results):
             if i not in skipped:
@@ -73,15 +76,49 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+_STATE: dict = {}  # the store `course run` writes to, and how many results it held before, for Ctrl-C
+
+
+def _count(store) -> int:
+    """Results in a store (0 when it cannot be read)."""
+    try:
+        return len(store.load())
+    except OSError:
+        return 0
+
+
+def _output_folder(path: str) -> Path:
+    """--out as a folder we can write to, made now; an error naming the problem otherwise."""
+    from .recipe import RecipeError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise RecipeError(f"--out {path} is a file, not a folder: give a folder for ladder.jsonl and ladder.png "
+                          "(it is made if missing).")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".course-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise RecipeError(f"--out {path} cannot be written here ({exc.strerror or exc}): give a folder you can "
+                          "write to.") from None
+    return out
+
+
 def _cmd_estimate(args: argparse.Namespace) -> int:
     """Print the expected-memory table, or (with --model) one recipe's estimate and its arithmetic."""
+    from .checks import check_positions
     from .estimate import EstimateError, estimate, expected_memory_table, format_expected_table
+    from .models import load_config
 
     try:
         if args.model is None:
             print(format_expected_table(expected_memory_table(hardware=args.hardware)))
             return 0
-        print(estimate(_recipe_from_args(args), hardware=args.hardware).explain())
+        recipe = _recipe_from_args(args)
+        check_positions(recipe.model, recipe.max_seq_length, load_config(recipe.model).max_position_embeddings)
+        print(estimate(recipe, hardware=args.hardware).explain())
     except EstimateError as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
@@ -107,7 +144,11 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .estimate import EstimateError
     from .plan import BudgetError, plan
 
+    from .checks import check_positions
+    from .models import load_config
+
     try:
+        check_positions(args.model, args.seq, load_config(args.model).max_position_embeddings)
         result = plan(args.model, args.budget, seq=args.seq, hardware=args.hardware)
     except (BudgetError, EstimateError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
@@ -216,12 +257,43 @@ def main(argv: list[str] | None = None) -> int:
     from .models import ModelUnavailableError
     from .recipe import RecipeError
 
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
     except (RecipeError, HardwareError, ModelUnavailableError, MeasurementError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"\ncourse: interrupted. {_saved_note()}", file=sys.stderr)
+        return 130
+
+
+def _saved_note() -> str:
+    """What Ctrl-C leaves: the results measured so far are in the store, and running again resumes."""
+    store = _STATE.get("store")
+    if store is None:
+        return "Nothing was measured."
+    saved = _count(store) - _STATE.get("stored_before", 0)
+    return (f"{saved} result(s) of this run were saved in {store.path}; run the same command again to resume "
+            "(stored results are reused, not re-measured).")
+
+
+VALUE_OPTIONS = ("--budget", "--lr", "--seq", "--steps", "--micro-batch", "--grad-accum", "--lora-r")
+
+
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """'--budget -1GiB' as '--budget=-1GiB': argparse reads a value that starts with '-' as an option and
+    says only 'expected one argument'; glued, the value reaches its check, which says what is wrong."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") and argv[i + 1][1:2].isdigit():
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
 
 
 if __name__ == "__main__":

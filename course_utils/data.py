@@ -72,12 +72,21 @@ def _offline_mode() -> bool:
     )
 
 
+def hub_address() -> tuple[str, int]:
+    """(host, port) of the hub: huggingface.co:443, or where HF_ENDPOINT points (a mirror, a test server)."""
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+
+
 def hub_reachable(timeout: float = 2.0) -> bool:
-    """Return True if huggingface.co answers on port 443 (False when offline mode is set)."""
+    """Return True if the hub (huggingface.co:443, or HF_ENDPOINT) accepts a connection within `timeout`
+    seconds (False at once when offline mode is set)."""
     if _offline_mode():
         return False
     try:
-        with socket.create_connection(("huggingface.co", 443), timeout=timeout):
+        with socket.create_connection(hub_address(), timeout=timeout):
             return True
     except OSError:  # no DNS, refused, timed out, no route...
         return False

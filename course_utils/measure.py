@@ -14,8 +14,10 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,6 +59,7 @@ def measure(
     the same, but on CUDA the allocator's own peaks would include what this process already holds,
     so it is only taken on a CPU. isolate=None: a fresh process on a GPU, this process on a CPU.
     """
+    from .checks import check_runnable
     from .hardware import environment
 
     store = store or default_store()
@@ -66,24 +69,70 @@ def measure(
         if found is not None:
             found.cached = True
             return found
+    check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
+    if budget_gib is None:
+        _check_writable(store)  # and a result that could not be stored is not measured
     if isolate or env.device_type != "cpu":
         result = _run_child(recipe, budget_gib, progress, timeout_s)
     else:
-        result = run_here(recipe, budget_gib)
+        result = run_here(recipe, budget_gib, report_progress=_progress_bar(recipe, progress))
     if budget_gib is None:
         store.add(result)
     return result
 
 
+def _check_writable(store: ResultStore) -> None:
+    """The store's own up-front check, where the store has one."""
+    check = getattr(store, "check_writable", None)
+    if check is not None:
+        check()
+
+
+TEMP_PREFIXES = ("course-measure-", "course-run-")  # + the owner's pid: see temp_folder()
+
+
+def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
+    """A temporary folder named after this process (prefix + pid + '-'), removed when its block ends. Those
+    of processes that no longer exist (killed with kill -9, which no cleanup survives) are removed first."""
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{prefix}*-*"):
+        pid = stale.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    """True when a process with this pid exists (or exists but is not ours to signal)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def child_env(recipe: Recipe) -> dict:
+    """The measuring child's environment. A model trained on the shipped data ('tiny', a preset) never
+    needs the hub, so its child is told so and opens no connection."""
+    from .checks import uses_shipped_data
+
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command(),
+               **{LAUNCHED_ENV: repr(time.time())})
+    if uses_shipped_data(recipe.model):
+        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return env
+
+
 def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout_s: float | None) -> Measurement:
     """Start `python -m course_utils.measure`, relay its progress, read its JSON result."""
-    with tempfile.TemporaryDirectory(prefix="course-measure-") as tmp:
+    with temp_folder(TEMP_PREFIXES[0]) as tmp:
         out = Path(tmp) / "result.json"
         cmd = [sys.executable, "-m", "course_utils.measure", "--recipe", json.dumps(recipe.to_dict()), "--out", str(out)]
         if budget_gib is not None:
             cmd += ["--budget-gib", str(budget_gib)]
-        env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command(),
-                   **{LAUNCHED_ENV: repr(time.time())})
+        env = child_env(recipe)
         log: list[str] = []
         bar = _progress_bar(recipe, progress)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -99,9 +148,8 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         try:
             for line in proc.stdout:  # type: ignore[union-attr]
                 if line.startswith(PROGRESS):
-                    step = int(line.split()[1])
                     if bar is not None:
-                        bar.update(step - bar.n)
+                        bar(*line.split()[1:3])
                 else:
                     log.append(line)
             code = proc.wait()
@@ -112,23 +160,75 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
                 bar.close()
             if proc.poll() is None:
                 proc.kill()
+                proc.wait()
+            proc.stdout.close()  # type: ignore[union-attr]
         if timed_out.is_set():
             raise MeasurementError(f"measuring {recipe.name!r} took longer than {timeout_s} s; stopped it.")
         if out.exists():
-            return Measurement.from_dict(json.loads(out.read_text()))
+            return _read_child_result(json.loads(out.read_text()))
         tail = "".join(log[-40:])
         if code in (-9, 137):  # the kernel's out-of-memory killer on CPU
             return _does_not_fit(recipe, "the training process was killed (out of host memory)")
         raise MeasurementError(f"measuring {recipe.name!r} failed (exit code {code}). Last lines of its log:\n{tail}")
 
 
-def _progress_bar(recipe: Recipe, enabled: bool):
-    """A tqdm bar over the recipe's optimizer steps (auto: notebook widget or terminal)."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
+CHILD_ERRORS = ("RecipeError", "HardwareError", "ModelUnavailableError", "MeasurementError")
 
-    return tqdm(total=recipe.steps, desc=recipe.name[:40], unit="step", leave=False)
+
+def _child_error(exc: BaseException) -> dict:
+    """What a child writes instead of a result when the recipe cannot run: the error's type and message."""
+    return {"child_error": type(exc).__name__, "message": str(exc)}
+
+
+def _read_child_result(d: dict) -> Measurement:
+    """The child's result, or the error it reported, raised here as the same type with the same one-line
+    message (no child traceback: the message says what was wrong and what to do)."""
+    if "child_error" not in d:
+        return Measurement.from_dict(d)
+    from .hardware import HardwareError
+    from .models import ModelUnavailableError
+    from .recipe import RecipeError
+
+    kinds = {"RecipeError": RecipeError, "HardwareError": HardwareError,
+             "ModelUnavailableError": ModelUnavailableError, "MeasurementError": MeasurementError}
+    raise kinds.get(d["child_error"], MeasurementError)(d["message"])
+
+
+PHASES = ("warm-up", "tracked", "timed")
+
+
+def phase_of(recipe: Recipe, step: int) -> str:
+    """Which part of a measurement optimizer step `step` (1-based) belongs to."""
+    if step <= recipe.warmup_steps:
+        return PHASES[0]
+    return PHASES[1] if step == recipe.warmup_steps + 1 else PHASES[2]
+
+
+class _StepBar:
+    """A tqdm bar over one recipe's optimizer steps, named after the recipe, that says which phase the
+    last step was in; called with (step, seconds of that step)."""
+
+    def __init__(self, recipe: Recipe):
+        from tqdm.auto import tqdm
+
+        self.recipe = recipe
+        self.bar = tqdm(total=recipe.steps, desc=recipe.name[:40], unit="step", leave=False)
+        self.bar.set_postfix_str("building the model")
+
+    def __call__(self, step, seconds=None) -> None:
+        step = int(step)
+        self.bar.update(step - self.bar.n)
+        took = f", {float(seconds):.1f} s" if seconds not in (None, "") else ""
+        ahead = phase_of(self.recipe, step + 1) if step < self.recipe.steps else "done"
+        self.bar.set_postfix_str(f"{phase_of(self.recipe, step)} step{took}; next: {ahead}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress_bar(recipe: Recipe, enabled: bool):
+    """A bar over the recipe's optimizer steps (auto: notebook widget or terminal), or None."""
+    return _StepBar(recipe) if enabled else None
 
 
 def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
@@ -167,9 +267,11 @@ def _env_dict(env) -> dict:
 class _Probe:
     """Trainer callback + hooks: phases for the tracker, the tracked step, timing, losses."""
 
-    def __init__(self, recipe: Recipe, tracker, device: str, report_progress: bool = False):
+    def __init__(self, recipe: Recipe, tracker, device: str, report_progress=False):
         self.recipe, self.tracker, self.device = recipe, tracker, device
-        self.report_progress = report_progress
+        self.report_progress = report_progress  # True: print for the parent; a callable: (step, seconds)
+        self.batch_sizes: set[int] = set()  # sequences per forward: must be the recipe's micro-batch
+        self._t_begin = time.perf_counter()
         self.losses: list[float] = []
         self.tokens = 0
         self.step_rates: list[float] = []  # tokens/s of each timed step
@@ -184,6 +286,7 @@ class _Probe:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is not None:
             self.tokens += ids.numel()
+            self.batch_sizes.add(int(ids.shape[0]))
         self.tracker.phase = "forward"
 
     def forward_post(self, module, args, kwargs, output):
@@ -251,8 +354,12 @@ class _Probe:
         if state.global_step > self.recipe.warmup_steps:
             self._sync()
             self._t_last, self._tokens_last = time.perf_counter(), self.tokens
-        if self.report_progress:  # a child tells its parent, which draws the progress bar
-            print(f"{PROGRESS} {state.global_step}", flush=True)
+        took = round(time.perf_counter() - self._t_begin, 2)
+        self._t_begin = time.perf_counter()
+        if callable(self.report_progress):  # measuring in this process: the bar is ours
+            self.report_progress(state.global_step, took)
+        elif self.report_progress:  # a child tells its parent, which draws the progress bar
+            print(f"{PROGRESS} {state.global_step} {took}", flush=True)
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
@@ -280,8 +387,33 @@ def _startup_s() -> float:
         return 0.0
 
 
-def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: bool = False) -> Measurement:
-    """Build and train the recipe in this process and measure it (measure() calls this in a child)."""
+def check_sane(recipe: Recipe, probe: "_Probe") -> None:
+    """A run that trained something other than its recipe, or diverged, is an error, not a result."""
+    wrong = sorted(probe.batch_sizes - {recipe.micro_batch})
+    if wrong:
+        raise MeasurementError(
+            f"{recipe.name!r} recorded micro_batch={recipe.micro_batch} but trained batches of {wrong} sequences; "
+            "nothing was stored. Lower micro_batch to what the data holds, or use a shorter max_seq_length.")
+    bad = [i + 1 for i, loss in enumerate(probe.losses) if not math.isfinite(loss)]
+    if bad:
+        raise MeasurementError(
+            f"{recipe.name!r} diverged: the loss was not finite at step(s) {bad} (losses {probe.losses}); nothing "
+            f"was stored. Lower learning_rate (now {recipe.learning_rate}), or use fp32/bf16 instead of fp16.")
+
+
+def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False) -> Measurement:
+    """Build and train the recipe in this process and measure it (measure() calls this in a child).
+    report_progress: True prints progress lines for a parent; a callable gets (step, seconds) per step
+    and, if it has one, its close() at the end."""
+    try:
+        return _run_here(recipe, budget_gib, report_progress)
+    finally:
+        if hasattr(report_progress, "close"):
+            report_progress.close()
+
+
+def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Measurement:
+    """run_here's body."""
     import torch
 
     from .build import build
@@ -297,13 +429,13 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
     probe = _Probe(recipe, tracker, device, report_progress)
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
                 date=_now(), command=_command(), run_id=os.environ.get(RUN_ID_ENV, ""))
-    workdir = tempfile.TemporaryDirectory(prefix="course-run-")  # the trainer's output_dir, removed after
+    workdir = temp_folder(TEMP_PREFIXES[1])  # the trainer's output_dir, removed after
     try:
         built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
         build_s = round(time.perf_counter() - t0, 2)
-    except Exception as exc:  # out of memory while loading is a result too: the model alone does not fit
-        workdir.cleanup()
-        if not is_out_of_memory(exc):
+    except BaseException as exc:  # out of memory while loading is a result too: the model alone does not fit
+        workdir.cleanup()  # on every way out, Ctrl-C included
+        if not (isinstance(exc, Exception) and is_out_of_memory(exc)):
             raise
         return Measurement(**base, status="does_not_fit", error=f"out of memory while loading the model: "
                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
@@ -327,6 +459,8 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress: b
         if probe.tracking:
             probe.stop_tracking()
         workdir.cleanup()
+    if status == "ok":
+        check_sane(recipe, probe)
     # the median step, so one step slowed by a busy machine does not move the figure
     rate = statistics.median(probe.step_rates) if probe.step_rates and status == "ok" else None
     cuda = device == "cuda"
@@ -376,9 +510,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where to write the Measurement JSON")
     parser.add_argument("--budget-gib", type=float, default=None)
     args = parser.parse_args(argv)
-    recipe = Recipe.from_dict(json.loads(args.recipe))
-    result = run_here(recipe, args.budget_gib, report_progress=True)
-    Path(args.out).write_text(result.to_json())
+    try:
+        recipe = Recipe.from_dict(json.loads(args.recipe))
+        result = run_here(recipe, args.budget_gib, report_progress=True).to_json()
+    except Exception as exc:  # an error the parent raises again as the same type, with the same message
+        if type(exc).__name__ not in CHILD_ERRORS:
+            raise
+        Path(args.out).write_text(json.dumps(_child_error(exc)))
+        return 3
+    Path(args.out).write_text(result)
     return 0
 
 
@@ -400,22 +540,40 @@ def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = 
     from .hardware import device_type, resolve_precision
     from .recipe import ladder
 
-    rungs = ladder(base)[:upto]
+    from .checks import check_runnable
+
+    asked = ladder(base)[:upto]
+    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
+    for rung in rungs:  # every rung is checked before the first one is measured
+        check_runnable(rung)
     results: list[Measurement] = []
     skipped: dict[int, str] = {}
     previous = None
     bar = tqdm(rungs, desc="ladder", unit="recipe", disable=not progress)
     for i, rung in enumerate(bar):
-        rung = rung.with_(precision=resolve_precision(rung.precision), label=rung.label)
         bar.set_postfix_str(rung.label[:30])
         if previous is not None and rung.key == previous.recipe_key:
-            skipped[i] = f"precision=auto is {rung.precision} on {device_type()}: same recipe as the rung above"
+            skipped[i] = _same_as_above(asked[i - 1], asked[i], device_type())
             results.append(Measurement(**{**previous.__dict__, "recipe": rung.to_dict(), "cached": True}))
             continue
         previous = measure(rung, store=store, force=force, progress=progress, isolate=isolate)
         previous.recipe["label"] = rung.label  # the stored label may come from another run
         results.append(previous)
     return results, skipped
+
+
+def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
+    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
+    changed = {f: getattr(rung, f) for f in ("precision", "micro_batch", "grad_accum", "optimizer",
+                                             "gradient_checkpointing", "load_in_4bit", "max_seq_length")
+               if getattr(rung, f) != getattr(before, f)}
+    if changed.get("precision") == "auto":
+        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
+    if not changed:
+        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
+                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
+    said = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return f"its change ({said}) is already in the rung above: same recipe"
 
 
 def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,

@@ -164,7 +164,7 @@ def tiny_model_path(rebuild: bool = False) -> Path:
     target = course_home() / "models" / f"tiny-llama-{tiny_fingerprint()}"
     if target.exists() and not rebuild:
         return target
-    with _file_lock(target.with_suffix(".lock")):
+    with _file_lock(_lock_path(target)):
         if target.exists() and not rebuild:
             return target
         import torch
@@ -178,14 +178,54 @@ def tiny_model_path(rebuild: bool = False) -> Path:
                              pad_token_id=tokenizer.pad_token_id, **TINY_CONFIG)
         torch.manual_seed(TINY_SEED)
         model = LlamaForCausalLM(config)
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=target.parent))
-        with no_progress_bars():  # one small shard: a bar would only clutter the output
-            model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with _building(target) as tmp:
+            with no_progress_bars():  # one small shard: a bar would only clutter the output
+                model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
     return target
+
+
+@contextlib.contextmanager
+def _building(target: Path):
+    """A temporary folder beside `target` that becomes `target` when the block ends, and is removed when
+    it fails or is interrupted (Ctrl-C). Called with target's lock held, so leftovers of a build that was
+    killed (kill -9 cannot clean up) are removed first: nobody else can be writing them."""
+    prefix = f".{target.name}-"
+    for stale in target.parent.glob(f"{prefix}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=prefix, dir=target.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+
+
+def shipped_token_count() -> int:
+    """Tokens in the shipped training data as the tiny tokenizer (shared by every preset) packs it: each
+    record's tokens plus its end-of-sequence token. Counted once, then read from the tiny model's folder."""
+    folder = tiny_model_path()
+    cache = folder / "shipped_tokens.json"
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return int(json.loads(cache.read_text())["tokens"])
+    from transformers import AutoTokenizer
+
+    from .data import corpus_text
+
+    ids = AutoTokenizer.from_pretrained(folder)(corpus_text())["input_ids"]
+    tokens = sum(len(i) + 1 for i in ids)
+    with contextlib.suppress(OSError):
+        cache.write_text(json.dumps({"tokens": tokens}))
+    return tokens
+
+
+def _lock_path(target: Path) -> Path:
+    """The lock beside a model folder: its whole name + '.lock' (with_suffix would cut 'random-llama-3.1-8b'
+    at '.1-8b', so that every Llama 3 preset shared one lock)."""
+    return target.parent / f"{target.name}.lock"
 
 
 def preset_path(name: str, rebuild: bool = False) -> Path:
@@ -200,22 +240,20 @@ def preset_path(name: str, rebuild: bool = False) -> Path:
     target = course_home() / "models" / f"random-{name}"
     if target.exists() and not rebuild:
         return target
-    with _file_lock(target.with_suffix(".lock")):
+    with _file_lock(_lock_path(target)):
         if target.exists() and not rebuild:
             return target
         from transformers import AutoTokenizer
 
         config = preset_config(name)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-        _write_random_shards(config, tmp)
-        config.save_pretrained(tmp)
-        AutoTokenizer.from_pretrained(tiny_model_path()).save_pretrained(tmp)  # ids fit any vocabulary
-        (tmp / "RANDOM_WEIGHTS.txt").write_text(
-            f"Random weights with the published shape of {PRESETS[name]['hub_id']}; built locally, no download.\n"
-        )
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        tokenizer = tiny_model_path()  # before the build folder: ids fit any vocabulary
+        with _building(target) as tmp:
+            _write_random_shards(config, tmp)
+            config.save_pretrained(tmp)
+            AutoTokenizer.from_pretrained(tokenizer).save_pretrained(tmp)
+            (tmp / "RANDOM_WEIGHTS.txt").write_text(
+                f"Random weights with the published shape of {PRESETS[name]['hub_id']}; built locally, no download.\n"
+            )
     return target
 
 
@@ -281,6 +319,118 @@ def resolve_model(model: str) -> str:
         f"or a preset with random weights and a real shape ({', '.join(PRESETS)}), "
         "or download the model first and pass its local folder."
     )
+
+
+HUB_TIMEOUT_ENV = "COURSE_HUB_TIMEOUT"  # seconds the course waits on one hub call (default 20)
+
+
+def hub_timeout() -> float:
+    """The deadline of one hub call, from $COURSE_HUB_TIMEOUT (default 20 s)."""
+    try:
+        return max(0.1, float(os.environ.get(HUB_TIMEOUT_ENV, "20")))
+    except ValueError:
+        return 20.0
+
+
+def hub_error(model: str, exc: BaseException) -> ModelUnavailableError:
+    """The one-line error for a hub id that failed to load: gated, unknown, or unreachable."""
+    chain, seen = [], exc
+    while seen is not None:
+        chain.append(type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "GatedRepoError" in chain or "gated" in text.lower():
+        return ModelUnavailableError(
+            f"{model!r} is a gated model: accept its licence on https://huggingface.co/{model} (same account), "
+            "then log in with `hf auth login`, or set HF_TOKEN (on Colab: the key icon > Secrets > HF_TOKEN). "
+            "Or use a preset with the same shape and random weights, e.g. model='llama-3.1-8b'.")
+    if "RepositoryNotFoundError" in chain or "is not a local folder and not a valid model identifier" in text:
+        return ModelUnavailableError(
+            f"There is no model {model!r} on the Hugging Face hub (or it is private: log in with `hf auth login`), "
+            f"and no local folder of that name. Check the spelling; presets: {', '.join(PRESETS)}; or 'tiny'.")
+    return ModelUnavailableError(
+        f"Cannot read the config of {model!r}: it is not a local folder holding a config.json, not in the local "
+        f"hub cache, and the hub did not give it ({chain[0]}: {text.splitlines()[0] if text else ''}). "
+        f"Use model='tiny' or a preset with a real shape ({', '.join(PRESETS)}), or download the model and "
+        "pass its folder.")
+
+
+def _with_deadline(what: str, fn, seconds: float):
+    """fn() in a thread, waited on for `seconds`: a hub that accepts connections but never answers makes
+    an error, not a hang (the thread is left to finish on its own; it holds nothing we need)."""
+    import threading
+
+    box: dict = {}
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=call, daemon=True, name=f"hub: {what}")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise ModelUnavailableError(
+            f"The Hugging Face hub accepted the connection but did not answer within {seconds:.0f} s ({what}). "
+            f"Try again later, raise {HUB_TIMEOUT_ENV}, or set HF_HUB_OFFLINE=1 and use model='tiny' or a preset.")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def load_config(model: str):
+    """The transformers config of a recipe's model: tiny, a preset, a local folder or a hub id. A hub id is
+    read through one reachability probe and a deadline, so a missing, gated or silent hub gives a one-line
+    ModelUnavailableError within $COURSE_HUB_TIMEOUT seconds; presets and 'tiny' never open a connection."""
+    if is_preset(model):
+        return preset_config(model)
+    from transformers import AutoConfig
+
+    if model == TINY:
+        return AutoConfig.from_pretrained(tiny_model_path())
+    if Path(model).expanduser().is_dir():
+        try:
+            return AutoConfig.from_pretrained(Path(model).expanduser())
+        except (OSError, ValueError) as exc:
+            raise ModelUnavailableError(f"The folder {model!r} holds no readable model config.json "
+                                        f"({type(exc).__name__}): pass a model's folder.") from None
+    if not _in_hub_cache(model):
+        from .data import hub_address, hub_reachable
+
+        if not hub_reachable():
+            from .data import _offline_mode
+
+            host, port = hub_address()
+            why = ("HF_HUB_OFFLINE is set" if _offline_mode() else
+                   f"{host}:{port} did not accept a connection within 2 s")
+            raise hub_error(model, ConnectionError(why))
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(int(hub_timeout())))
+    try:
+        with _quiet_hub():
+            return _with_deadline(f"the config of {model!r}", lambda: AutoConfig.from_pretrained(model),
+                                  hub_timeout())
+    except ModelUnavailableError:
+        raise
+    except Exception as exc:
+        raise hub_error(model, exc) from None
+
+
+@contextlib.contextmanager
+def _quiet_hub():
+    """No retry warnings from huggingface_hub and transformers while we wait (the error says it all)."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "transformers")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR + 10)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _in_hub_cache(model_id: str) -> bool:

@@ -35,19 +35,26 @@ class BudgetError(ValueError):
     """A budget string that cannot be read; the message names it and shows the accepted forms."""
 
 
+MAX_SPEED_SCALE = 25.0  # the parameter-ratio speed model is used only within 25x of SPEED_MODEL's size
+MAX_BUDGET = 2**50  # 1 PiB: past any machine (and past it, float bytes lose their meaning)
 _UNITS = {"gib": GiB, "gb": 10**9, "mib": 2**20, "mb": 10**6}
 
 
 def parse_budget(text: str) -> int:
     """'16GiB', '16GB', '14.7GiB', '8 gib' -> bytes (GiB = 2^30, GB = 10^9)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*", str(text))
+    match = re.fullmatch(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z]+)\s*", str(text))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
         raise BudgetError(f"Cannot read the budget {text!r}: write a number and a unit, e.g. 16GiB, 16GB, 14.7GiB "
                           f"or 8000MiB (GiB = 2^30 bytes, GB = 10^9 bytes).")
-    nbytes = int(float(match.group(1)) * _UNITS[unit])
-    if nbytes <= 0:
-        raise BudgetError(f"The budget {text!r} is not positive.")
+    value = float(match.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise BudgetError(f"The budget {text!r} is not a positive amount of memory: give one such as 14.7GiB "
+                          "(a free Colab T4) or 24GiB.")
+    if value > MAX_BUDGET:
+        raise BudgetError(f"The budget {text!r} is more than {MAX_BUDGET / 2**50:.0f} PiB, more memory than any machine "
+                          "the planner models; give a card's memory, e.g. 80GiB.")
+    nbytes = int(value)
     return nbytes
 
 
@@ -145,7 +152,7 @@ FAMILY_KNOBS = ("load_in_4bit", "full_ft", "gradient_checkpointing")
 class Speed:
     """Tokens per second and where the number comes from."""
 
-    tokens_per_s: float
+    tokens_per_s: float | None  # None: no reference run comes close enough to this model to model it
     basis: str
     measured: bool
 
@@ -216,6 +223,8 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
         factor, parts = tuning_factor(recipe, usable)
         plain = recipe.with_(**{k: k == "prepare_kbit" for k in TUNING_KNOBS})
         base = speed_of(plain, [m for m in usable if not is_tuned(m.recipe_obj)])
+        if base.tokens_per_s is None:
+            return base
         return Speed(base.tokens_per_s * factor, f"{base.basis} without the changes; " + "; ".join(parts), False)
     usable = [m for m in usable if not is_tuned(m.recipe_obj)]
     pool = [m for m in usable if m.recipe["model"] == recipe.model and m.recipe["precision"] == "bf16"]
@@ -223,6 +232,10 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
     if not pool:
         pool = _speed_model_refs()
         scale = model_shapes(SPEED_MODEL).total_params / model_shapes(recipe.model).total_params
+        if not 1 / MAX_SPEED_SCALE <= scale <= MAX_SPEED_SCALE:  # a 4 M-parameter model is not 2,000x faster
+            size = f"{scale:,.0f}x smaller" if scale > 1 else f"{1 / scale:,.0f}x bigger"
+            return Speed(None, f"not modelled: {size} than {SPEED_MODEL} (scaled within {MAX_SPEED_SCALE:.0f}x)",
+                         False)
         via = f"; x {scale:.2f}: parameters of {SPEED_MODEL} / {recipe.model}"
     seqs = {m.recipe["max_seq_length"] for m in pool}
     if recipe.max_seq_length not in seqs:
@@ -288,13 +301,14 @@ class Plan:
     def fitting(self) -> list[PlanRow]:
         """Rows that fit, fastest first (ties: measured first, then the one that needs less)."""
         return sorted((r for r in self.rows if r.fits),
-                      key=lambda r: (-round(r.speed.tokens_per_s), not r.speed.measured, r.needed))
+                      key=lambda r: (r.speed.tokens_per_s is None, -round(r.speed.tokens_per_s or 0),
+                                     not r.speed.measured, r.needed))
 
     @property
     def pick(self) -> PlanRow | None:
-        """The fastest recipe that fits, or None when nothing does."""
+        """The fastest recipe that fits, or None when nothing does (or no speed is known to rank them)."""
         fitting = self.fitting
-        return fitting[0] if fitting else None
+        return fitting[0] if fitting and fitting[0].speed.tokens_per_s is not None else None
 
     def format(self, show: int | None = None) -> str:
         """The plan as text: the rule, the fitting rows, the pick (or why nothing fits)."""
@@ -316,13 +330,17 @@ class Plan:
         w = max(len(short_name(r.recipe)) for r in fitting[:show])
         lines.append(f"  {'recipe':<{w}}{'estimate':>9}{'needed':>9}{'tokens/s':>10}  speed from")
         lines.append(f"  {'':<{w}}{'(GiB)':>9}{'(GiB)':>9}")
+        pick = self.pick
         for r in fitting[:show]:
-            mark = "*" if r is fitting[0] else " "
+            mark = "*" if r is pick else " "
+            speed = f"{r.speed.tokens_per_s:10.0f}" if r.speed.tokens_per_s is not None else f"{'-':>10}"
             lines.append(f"{mark} {short_name(r.recipe):<{w}}{r.estimate.peak_gib:9.2f}{r.needed / GiB:9.2f}"
-                         f"{r.speed.tokens_per_s:10.0f}  {r.speed.basis}")
+                         f"{speed}  {r.speed.basis}")
         if show is not None and len(fitting) > show:
             lines.append(f"  ... and {len(fitting) - show} more that fit (--all lists them).")
-        pick = fitting[0]
+        if pick is None:
+            return "\n".join(lines + ["", f"{len(fitting)} of {len(self.rows)} candidates fit; none is picked: "
+                                           "without a speed there is no fastest (listed by memory needed)."])
         how = "measured" if pick.speed.measured else "modelled"
         lines += ["", f"{len(fitting)} of {len(self.rows)} candidates fit. Pick (*): {short_name(pick.recipe)}, "
                       f"{pick.speed.tokens_per_s:.0f} tokens/s ({how}), needs {pick.needed / GiB:.2f} GiB "

@@ -14,6 +14,7 @@ from course_utils import measure as measure_mod
 from course_utils.hardware import environment
 from course_utils.measure import MeasurementError, measure, run_here
 from course_utils.memtrack import CATEGORIES
+from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, ResultStore
 
@@ -97,16 +98,26 @@ def test_out_of_memory_is_a_result_not_stored(tiny_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_failing_child_raises_with_its_log(tiny_model, tmp_path):
-    store = ResultStore(tmp_path / "results.jsonl")
-    recipe = Recipe(model=str(tmp_path / "nope"), steps=3, warmup_steps=1)
+def test_a_failing_child_raises_with_its_log(monkeypatch):
+    real_popen = subprocess.Popen
+
+    def failing_child(cmd, **kwargs):  # stands in for a child that crashes with an unexpected error
+        code = "import sys; print('Traceback (most recent call last):'); print('ZeroDivisionError: boom'); sys.exit(1)"
+        return real_popen([sys.executable, "-c", code], **kwargs)
+
+    monkeypatch.setattr(measure_mod.subprocess, "Popen", failing_child)
     with pytest.raises(MeasurementError) as exc:
-        measure(recipe, store=store, progress=False)
+        measure_mod._run_child(Recipe(), None, False, None)
     msg = str(exc.value)
-    assert "exit code 1" in msg
-    assert "Last lines of its log" in msg
-    assert "ModelUnavailableError" in msg  # the child's real error, from its log
-    assert "nope" in msg and "tiny" in msg
+    assert "exit code 1" in msg and "Last lines of its log" in msg and "ZeroDivisionError: boom" in msg
+
+
+def test_a_missing_model_folder_is_refused_before_a_child_starts(tiny_model, tmp_path, monkeypatch):
+    store = ResultStore(tmp_path / "results.jsonl")
+    monkeypatch.setattr(measure_mod.subprocess, "Popen", None)  # a child would fail the test
+    with pytest.raises(ModelUnavailableError) as exc:
+        measure(Recipe(model=str(tmp_path / "nope"), steps=3, warmup_steps=1), store=store, progress=False)
+    assert "nope" in str(exc.value) and "tiny" in str(exc.value)
     assert store.load() == []
 
 

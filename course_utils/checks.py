@@ -1,0 +1,129 @@
+"""Can this recipe run here? One check, before any process start, download or disk write.
+
+`Recipe.validate` holds the rules that need only the recipe (a positive micro-batch, a finite
+learning rate, ...). This module holds the rules that need the machine or the model's shape:
+GPU-only features and presets on a CPU, the precision the device can do, the sequence length
+against the model's positions, and the micro-batch against the data there is. `measure`, the
+ladder, the planner, `course estimate` and `course run` all call it, so a recipe that cannot run
+is refused with the same one-line message everywhere, before anything is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .recipe import Recipe, RecipeError
+
+BIG_ON_CPU_ENV = "COURSE_CPU_BIG_MODELS"  # set to 1 to train a preset over CPU_PARAM_LIMIT on a CPU anyway
+CPU_PARAM_LIMIT = 1_000_000_000  # presets above this are GPU presets (fp32 on 2 cores: hours per step)
+
+
+def preset_params(name: str) -> int:
+    """Parameters of a preset, from its published shape (no transformers import): embeddings, the
+    decoder layers' attention and MLP projections, and lm_head unless tied. Norms are left out
+    (under 0.01% of any preset)."""
+    from .models import PRESETS
+
+    s = PRESETS[name.lower()]
+    h, inter, layers = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"]
+    kv = h // s["num_attention_heads"] * s["num_key_value_heads"]
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * inter
+    tables = s["vocab_size"] * h * (1 if s.get("tie_word_embeddings") else 2)
+    return layers * per_layer + tables
+
+
+def max_positions(model: str) -> int | None:
+    """The model's max_position_embeddings where it can be read without the hub: the tiny default,
+    a preset, or a local folder's config.json. None for a hub id (build checks it once loaded)."""
+    from pathlib import Path
+
+    from .models import PRESETS, TINY, TINY_CONFIG, is_preset
+
+    if model == TINY:
+        return TINY_CONFIG["max_position_embeddings"]
+    if is_preset(model):
+        return PRESETS[model.lower()]["max_position_embeddings"]
+    config = Path(model).expanduser() / "config.json"
+    if config.is_file():
+        try:
+            return json.loads(config.read_text()).get("max_position_embeddings")
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def check_positions(model: str, seq: int, positions: int | None = None) -> None:
+    """A sequence longer than the model's position table cannot be trained or estimated."""
+    positions = positions if positions is not None else max_positions(model)
+    if positions and seq > positions:
+        raise RecipeError(
+            f"max_seq_length={seq} is longer than {model!r} can take: its position table has {positions:,} "
+            f"positions (max_position_embeddings). Use max_seq_length <= {positions:,}.")
+
+
+def uses_shipped_data(model: str) -> bool:
+    """The embedded default and the presets train on the shipped data with the tiny model's tokenizer."""
+    from .models import TINY, is_preset
+
+    return model == TINY or is_preset(model)
+
+
+def check_data(recipe: Recipe) -> None:
+    """One micro-batch must come from the data: the shipped records packed into sequences of
+    max_seq_length tokens. (An upper bound is enough to refuse here; build checks the packed count.)"""
+    if not uses_shipped_data(recipe.model):
+        return
+    from .models import shipped_token_count
+
+    tokens = shipped_token_count()
+    blocks = tokens // recipe.max_seq_length
+    if recipe.micro_batch > blocks:
+        raise RecipeError(
+            f"micro_batch={recipe.micro_batch} needs {recipe.micro_batch} sequences of {recipe.max_seq_length} "
+            f"tokens per step, but the shipped data packs into at most {blocks} ({tokens:,} tokens): the run "
+            f"would train {blocks} while recording {recipe.micro_batch}. Use micro_batch <= {blocks}, "
+            "or a shorter max_seq_length.")
+
+
+def check_machine(recipe: Recipe) -> str:
+    """The rules that need this machine: precision, CUDA-only techniques, bitsandbytes, and GPU-sized
+    presets on a CPU. Returns the resolved precision."""
+    from .build import check_hardware
+    from .hardware import HardwareError, device_type
+    from .models import is_preset
+
+    precision = check_hardware(recipe)
+    if device_type() == "cpu" and is_preset(recipe.model) and os.environ.get(BIG_ON_CPU_ENV) != "1":
+        params = preset_params(recipe.model)
+        if params > CPU_PARAM_LIMIT:
+            raise HardwareError(
+                f"{recipe.model} ({params / 1e9:.1f} B parameters) is a GPU preset and there is no CUDA GPU "
+                f"here: on this CPU it would write {params * 2 / 1e9:.0f} GB of random weights, then train in fp32 "
+                "for hours per step. Use model='tiny' here, or run on a GPU (Colab: Runtime > Change runtime "
+                f"type > T4); `course estimate --model {recipe.model}` shows its memory without one "
+                f"({BIG_ON_CPU_ENV}=1 trains it here anyway).")
+    return precision
+
+
+def check_model(recipe: Recipe) -> None:
+    """A hub id or a folder must give a config (read through the hub's deadline: a missing, gated or
+    unknown model is a one-line ModelUnavailableError here, not a child's traceback), and its sequence
+    length must fit the model's positions. 'tiny' and the presets are known without reading anything."""
+    if uses_shipped_data(recipe.model):
+        check_positions(recipe.model, recipe.max_seq_length)
+        return
+    from .models import load_config
+
+    config = load_config(recipe.model)
+    check_positions(recipe.model, recipe.max_seq_length, getattr(config, "max_position_embeddings", None))
+
+
+def check_runnable(recipe: Recipe) -> str:
+    """Every check that needs only the recipe and this machine; raises RecipeError, HardwareError or
+    ModelUnavailableError with the fix in its message. Returns the precision the recipe resolves to here."""
+    recipe.validate()
+    check_model(recipe)
+    precision = check_machine(recipe)
+    check_data(recipe)
+    return precision

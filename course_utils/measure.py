@@ -66,7 +66,7 @@ def measure(
     env = environment()
     if not force and budget_gib is None:
         found = store.find(recipe, env.key)
-        if found is not None:
+        if found is not None and not found.noisy:  # a speed from a busy machine is measured again
             found.cached = True
             return found
     check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
@@ -275,6 +275,8 @@ class _Probe:
         self.losses: list[float] = []
         self.tokens = 0
         self.step_rates: list[float] = []  # tokens/s of each timed step
+        self.step_cpu: list[float] = []  # CPU seconds / (wall seconds x threads) of each timed step
+        self._cpu_last = None
         self._t_last = None
         self._tokens_last = 0
         self.tracking = False
@@ -351,15 +353,34 @@ class _Probe:
             self._sync()
             now = time.perf_counter()
             self.step_rates.append((self.tokens - self._tokens_last) / (now - self._t_last))
+            self.step_cpu.append((time.process_time() - self._cpu_last) / ((now - self._t_last) * self._threads()))
         if state.global_step > self.recipe.warmup_steps:
             self._sync()
             self._t_last, self._tokens_last = time.perf_counter(), self.tokens
+            self._cpu_last = time.process_time()
         took = round(time.perf_counter() - self._t_begin, 2)
         self._t_begin = time.perf_counter()
         if callable(self.report_progress):  # measuring in this process: the bar is ours
             self.report_progress(state.global_step, took)
         elif self.report_progress:  # a child tells its parent, which draws the progress bar
             print(f"{PROGRESS} {state.global_step} {took}", flush=True)
+
+    @staticmethod
+    def _threads() -> int:
+        """The threads torch computes with on a CPU (1 on a GPU, where the CPU only launches kernels)."""
+        import torch
+
+        return max(1, torch.get_num_threads())
+
+    def timing(self) -> dict:
+        """How steady the timed steps were: spread of their tokens/s, and (CPU) the share of the cores' time
+        the process got. A busy machine shows in one or the other (results.Measurement.noisy)."""
+        out = {"timed_steps": len(self.step_rates)}
+        if len(self.step_rates) >= 2:
+            out["spread"] = round((max(self.step_rates) - min(self.step_rates)) / statistics.median(self.step_rates), 3)
+        if self.device == "cpu" and self.step_cpu:
+            out["cpu_share"] = round(statistics.median(self.step_cpu), 3)
+        return out
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
@@ -481,6 +502,7 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Meas
         startup_s=startup,
         build_s=build_s,
         notes=built.notes,
+        timing=probe.timing() if status == "ok" else {},
     )
 
 

@@ -152,7 +152,7 @@ def set_scale(axis, values: Sequence[float], linear_headroom: float = 1.15) -> s
 
 def _draw_series(ax, series: list[Series]) -> list:
     """Markers, path arrows and Pareto rings; returns the obstacle points [(x, y)] and arrow segments."""
-    segments, ringed = [], False
+    segments, ringed, noisy_said = [], False, False
     for s in series:
         xy = s.xy
         if not xy:
@@ -165,6 +165,12 @@ def _draw_series(ax, series: list[Series]) -> list:
                 ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
                     arrowstyle="-|>", color=s.color, lw=1.2, alpha=0.8, shrinkA=4.5, shrinkB=5.5, mutation_scale=10))
                 segments.append((a, b))
+        noisy = [(m.tokens_per_s, peak_gib(m)) for _, m in s.points if m.noisy]
+        if noisy:  # a speed from a busy machine: shown, and marked as one
+            ax.scatter(*zip(*noisy), s=MARKER_PT2 * 2.2, facecolors="none", edgecolors="#b22222", linestyles=":",
+                       linewidths=1.3, zorder=5, gid="noisy", label=None if noisy_said else
+                       "noisy speed: the machine was busy (measure again to trust it)")
+            noisy_said = True
         front = [xy[i] for i in pareto_front(xy)]
         several = sum(1 for t in series if t.xy) > 1
         ax.scatter(*zip(*front), s=MARKER_PT2 * 3.4, facecolors="none", edgecolors="0.2", linewidths=1.0,

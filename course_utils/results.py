@@ -27,6 +27,8 @@ from .recipe import Recipe
 MiB = 1024**2
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
+NOISY_SPREAD = 0.25  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
+NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
 
 
@@ -66,7 +68,16 @@ class Measurement:
     schema: int = SCHEMA_VERSION
     source: str = "measured here"  # or "reference: <file>" for shipped results
     run_id: str = ""  # the measurement run it belongs to ($COURSE_RUN_ID): ratios are taken within one run
+    timing: dict = field(default_factory=dict)  # how steady the timed steps were: see Measurement.noisy
     cached: bool = field(default=False, compare=False)
+
+    @property
+    def noisy(self) -> bool:
+        """True when tokens/s cannot be trusted: the timed steps differed by more than NOISY_SPREAD of their
+        median, or (on a CPU) the process got less than NOISY_CPU_SHARE of its cores' time: the machine was
+        busy with something else. Results stored before this was recorded are not marked."""
+        spread, share = self.timing.get("spread"), self.timing.get("cpu_share")
+        return bool((spread is not None and spread > NOISY_SPREAD) or (share is not None and share < NOISY_CPU_SHARE))
 
     @property
     def fits(self) -> bool:
@@ -163,6 +174,9 @@ _RULES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("notes",), lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "must be a list of text"),
     (("schema",), lambda v: _is_count(v) and v >= 1, "must be a whole number, 1 or more"),
     (("cached",), lambda v: isinstance(v, bool), "must be true or false"),
+    (("timing",), lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_finite(x) and x >= 0
+                                                        for k, x in v.items()),
+     "must map names to finite numbers, 0 or more"),
 )
 
 

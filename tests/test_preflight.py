@@ -252,3 +252,36 @@ def test_a_budget_in_scientific_notation_is_read():
     from course_utils.plan import parse_budget
 
     assert parse_budget("1.6e1GiB") == 16 * 2**30
+
+
+# --- issue 13: a speed from a busy machine is not trusted silently ------------------------------------
+def _measured(**timing):
+    from course_utils.hardware import environment
+    from course_utils.results import Measurement
+
+    r, env = Recipe(), environment()
+    return Measurement(recipe=r.to_dict(), recipe_key=r.key, env={"device": "cpu"}, env_key=env.key, status="ok",
+                       peak_bytes=1, tokens_per_s=76.0, timing=timing)
+
+
+def test_a_noisy_speed_is_marked():
+    assert _measured(spread=0.9).noisy and _measured(cpu_share=0.2).noisy
+    assert not _measured(spread=0.05, cpu_share=0.9).noisy and not _measured().noisy  # old results: unmarked
+
+
+def test_a_noisy_stored_speed_is_measured_again(tmp_path, monkeypatch, tiny_model):
+    store = measure.ResultStore(tmp_path / "r.jsonl")
+    store.add(_measured(spread=0.9))
+    steady = _measured(spread=0.02, cpu_share=0.95)
+    monkeypatch.setattr(measure, "run_here", lambda recipe, budget, report_progress=None: steady)
+    assert measure.measure(Recipe(), store=store, isolate=False, progress=False) is steady
+    assert store.find(Recipe(), steady.env_key).timing["spread"] == 0.02
+    assert measure.measure(Recipe(), store=store, isolate=False, progress=False).cached  # steady: reused
+
+
+def test_the_plot_marks_a_noisy_point():
+    from course_utils.plots import memory_vs_speed
+
+    ax = memory_vs_speed([_measured(spread=0.02), _measured(spread=0.9)])
+    assert any(c.get_gid() == "noisy" and len(c.get_offsets()) == 1 for c in ax.collections)
+    assert any("noisy speed" in t.get_text() for t in ax.get_legend().get_texts())

@@ -14,7 +14,10 @@ step) and changes only where bytes live, which kernels run, and how the tokens a
   micro-batch      at micro-batch 1 an 8B step is launch-bound: the GPU waits for Python. More
                    sequences per micro-batch, fewer accumulation steps, same tokens per step.
 
-The GPU figures come from scripts/beyond_recipe.py, shipped in course_utils/reference/beyond/.
+The GPU figures come from scripts/beyond_recipe.py, shipped in course_utils/reference/beyond/. Beside them, a
+peer: Unsloth, measured in the same run by scripts/beyond_recipe.py --peers unsloth (scripts/peer_unsloth.py, in an
+environment of its own) on the same model, data, tokens per step and timing rule, shipped apart from ours in
+reference/beyond/peers/.
 """
 
 from __future__ import annotations
@@ -159,30 +162,44 @@ class Row:
     tokens_per_s: float
     memory_ratio: float  # allocated / the source's allocated
     speed_ratio: float  # tokens/s / the source's tokens/s
+    peer_memory_ratio: float | None = None  # allocated / the peer's allocated at the same batching
+    peer_speed_ratio: float | None = None  # tokens/s / the peer's tokens/s at the same batching
 
 
-def rows(measurements: list, source_label: str | None = None) -> list[Row]:
-    """Rows with ratios against the source recipe among `measurements` (the first one by default)."""
-    ok = [m for m in measurements if m.fits and m.cuda_max_allocated]
+def rows(measurements: list, source_label: str | None = None, peers: list = ()) -> list[Row]:
+    """Rows with ratios against the source recipe among `measurements` (the first one by default), then the
+    peer's runs; with `peers`, every row also gets ratios against the peer's run at its batching (if any)."""
+    ok = [m for m in list(measurements) + list(peers) if m.fits and m.cuda_max_allocated]
     if not ok:
         return []
     base = next((m for m in ok if m.label == source_label), ok[0])
+    at = {batching(p): p for p in peers if p.fits and p.cuda_max_allocated and p.tokens_per_s}
     out = []
     for m in ok:
+        p = at.get(batching(m))
         out.append(Row(m.label, m.cuda_max_allocated / GiB, (m.cuda_max_reserved or 0) / GiB, m.tokens_per_s or 0.0,
                        m.cuda_max_allocated / base.cuda_max_allocated,
-                       (m.tokens_per_s or 0.0) / base.tokens_per_s if base.tokens_per_s else 0.0))
+                       (m.tokens_per_s or 0.0) / base.tokens_per_s if base.tokens_per_s else 0.0,
+                       m.cuda_max_allocated / p.cuda_max_allocated if p else None,
+                       (m.tokens_per_s or 0.0) / p.tokens_per_s if p else None))
     return out
 
 
 def format_rows(table: list[Row]) -> str:
-    """The side-by-side table as text."""
+    """The side-by-side table as text (with two columns of ratios to the peer when any row has them)."""
     w = max([len("recipe")] + [len(r.label) for r in table]) + 2
-    lines = [f"{'recipe':<{w}}{'allocated':>10}{'reserved':>10}{'tokens/s':>10}{'memory':>9}{'speed':>8}",
-             f"{'':<{w}}{'(GiB)':>10}{'(GiB)':>10}{'':>10}{'(x src)':>9}{'(x src)':>8}"]
+    peer = any(r.peer_memory_ratio is not None for r in table)
+    lines = [f"{'recipe':<{w}}{'allocated':>10}{'reserved':>10}{'tokens/s':>10}{'memory':>9}{'speed':>8}"
+             + (f"{'memory':>10}{'speed':>10}" if peer else ""),
+             f"{'':<{w}}{'(GiB)':>10}{'(GiB)':>10}{'':>10}{'(x src)':>9}{'(x src)':>8}"
+             + (f"{'(x peer)':>10}{'(x peer)':>10}" if peer else "")]
     for r in table:
-        lines.append(f"{r.label:<{w}}{r.allocated_gib:10.2f}{r.reserved_gib:10.2f}{r.tokens_per_s:10.0f}"
-                     f"{r.memory_ratio:9.2f}{r.speed_ratio:8.2f}")
+        line = (f"{r.label:<{w}}{r.allocated_gib:10.2f}{r.reserved_gib:10.2f}{r.tokens_per_s:10.0f}"
+                f"{r.memory_ratio:9.2f}{r.speed_ratio:8.2f}")
+        if peer:
+            line += "".join(f"{x:10.2f}" if x is not None else f"{'-':>10}"
+                            for x in (r.peer_memory_ratio, r.peer_speed_ratio))
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -217,7 +234,7 @@ def loss_agreement(a, b) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# shipped data: the GPU runs and the peer figures
+# shipped data: the GPU runs and the peers' figures
 # ---------------------------------------------------------------------------------------------
 def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
@@ -249,7 +266,105 @@ def peer_comparison(ours: dict, peer: str = "unsloth") -> str:
     return "\n".join(lines)
 
 
-def peers() -> dict:
-    """Figures measured for other stacks (Unsloth), with where they come from."""
+def peers(model: str = "llama-3.1-8b") -> dict:
+    """Figures for other stacks (Unsloth), with where they come from: {name: {version, hardware, model, settings,
+    source, date, command, runs: [{batch, micro_batch, grad_accum, peak_allocated_gib, tokens_per_s, ...}]}}.
+    The runs measured by scripts/peer_unsloth.py (reference/beyond/peers/<model>.jsonl) when they ship, else the
+    figures quoted in reference/beyond/peers.json."""
+    measured = peer_reference(model)
+    if measured:
+        return {name: peer_summary([m for m in measured if peer_name(m) == name])
+                for name in dict.fromkeys(peer_name(m) for m in measured)}
     path = Path(str(resources.files("course_utils") / "reference" / "beyond" / "peers.json"))
-    return json.loads(path.read_text())
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# ---------------------------------------------------------------------------------------------
+# the peer in the benchmark: Unsloth, measured by scripts/peer_unsloth.py in its own environment
+# ---------------------------------------------------------------------------------------------
+PEERS = ("unsloth",)  # the stacks scripts/beyond_recipe.py --peers can run (scripts/peer_<name>.py)
+PEER_BATCHES = ((16, 1), (1, 16))  # the peer's settings: all 16 x 512 tokens in one micro-batch; the chapter's 1 x 16
+# issue 16's targets: at each of the peer's settings, a recipe of ours at that batching, measured in the same run
+PEER_MAX_MEMORY_RATIO = 0.85
+PEER_MIN_SPEEDUP = 1.05
+
+
+def batching(m) -> str:
+    """A measurement's (or a recipe's) batching: "micro_batch x grad_accum", e.g. "16x1"."""
+    if isinstance(m, Recipe):
+        return f"{m.micro_batch}x{m.grad_accum}"
+    return f"{m.recipe['micro_batch']}x{m.recipe['grad_accum']}"
+
+
+def peer_recipe(model: str, micro_batch: int, grad_accum: int, steps: int, label: str = "") -> Recipe:
+    """What the peer trains, as a Recipe: the source recipe's model, LoRA, data, sequence and learning rate,
+    one warm-up step, adamw_8bit, the frozen weights kept in bf16 (no peft upcast), at this batching."""
+    return source(model, steps).with_(optimizer="adamw_8bit", prepare_kbit=False, micro_batch=micro_batch,
+                                      grad_accum=grad_accum, label=label)
+
+
+def peer_name(m) -> str | None:
+    """The peer that measured `m` ("unsloth": its package is among the run's versions), or None for a run of ours.
+    A peer's run keeps its recipe's key; its environment's key (the versions, the peer's among them) is never ours."""
+    versions = m.env.get("versions", {}) if isinstance(m.env, dict) else {}
+    return next((name for name in PEERS if name in versions), None)
+
+
+def latest_peer_runs(measurements: list, name: str, model: str, steps: int, run_id: str | None = None) -> list:
+    """The latest run of peer `name` at each of PEER_BATCHES among `measurements` (of run `run_id` if given)."""
+    out = []
+    for mb, ga in PEER_BATCHES:
+        key = peer_recipe(model, mb, ga, steps).key
+        hits = [m for m in measurements if m.recipe_key == key and peer_name(m) == name
+                and (run_id is None or m.run_id == run_id)]
+        out += hits[-1:]
+    return out
+
+
+def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
+    """(target, what was measured, met?) at each of the peer's settings: the recipe of ours at the same batching
+    that comes closest to allocating <= PEER_MAX_MEMORY_RATIO x the peer's peak at >= PEER_MIN_SPEEDUP x its tokens/s."""
+    out = []
+    for p in peer_runs:
+        if not (p.fits and p.cuda_max_allocated and p.tokens_per_s):
+            continue
+        target = (f"{batching(p)}: allocated <= {PEER_MAX_MEMORY_RATIO:.2f} x and tokens/s >= "
+                  f"{PEER_MIN_SPEEDUP:.2f} x {p.label}")
+        same = [m for m in ours if m.fits and m.cuda_max_allocated and m.tokens_per_s and batching(m) == batching(p)]
+        if not same:
+            out.append((target, f"no recipe of ours at {batching(p)} in this run", False))
+            continue
+
+        def ratios(m):
+            return m.cuda_max_allocated / p.cuda_max_allocated, m.tokens_per_s / p.tokens_per_s
+
+        best = max(same, key=lambda m: min(PEER_MAX_MEMORY_RATIO / ratios(m)[0], ratios(m)[1] / PEER_MIN_SPEEDUP))
+        mem, speed = ratios(best)
+        out.append((target, f"{best.label}: {mem:.2f} x memory, {speed:.2f} x speed",
+                    mem <= PEER_MAX_MEMORY_RATIO and speed >= PEER_MIN_SPEEDUP))
+    return out
+
+
+def peer_reference(model: str = "llama-3.1-8b") -> list:
+    """The shipped runs of the peers for `model` (reference/beyond/peers/<model>.jsonl; empty when none ship).
+    A folder of its own: these are not the course's runs, which the estimator and the planner are checked on."""
+    from .results import shipped_results
+
+    return shipped_results("beyond/peers", f"{model}.jsonl")
+
+
+def peer_summary(runs: list) -> dict:
+    """One peer's measured runs in the shape of peers.json, with their provenance."""
+    first, name = runs[0], peer_name(runs[0])
+    return dict(
+        version=f"{name} {first.env.get('versions', {}).get(name, '?')}", hardware=first.env.get("device", "?"),
+        model=f"{first.recipe['model']} (random weights with its published shape)",
+        settings=", ".join(x for x in first.recipe_obj.describe().split(", ") if x != batching(first)),
+        source=f"{first.source}: measured by scripts/peer_unsloth.py in its own environment",
+        date=first.date, command=first.command, measured=True,
+        runs=[dict(batch=batching(m), micro_batch=m.recipe["micro_batch"], grad_accum=m.recipe["grad_accum"],
+                   peak_allocated_gib=round(m.cuda_max_allocated / GiB, 2),
+                   peak_reserved_gib=round((m.cuda_max_reserved or 0) / GiB, 2),
+                   tokens_per_s=round(m.tokens_per_s), losses=m.losses, label=m.label)
+              for m in runs if m.fits and m.cuda_max_allocated and m.tokens_per_s],
+    )

@@ -3,6 +3,8 @@ side-by-side table and its targets, and the shipped H200 data (checked against t
 
 from __future__ import annotations
 
+import json
+import os
 import runpy
 from pathlib import Path
 
@@ -214,9 +216,202 @@ def test_planner_factors_come_from_measured_pairs():
     assert not speed.measured and "without the changes" in speed.basis
 
 
-def test_beyond_script_prints_the_shipped_table(capsys):
+def test_beyond_script_prints_the_shipped_table(capsys, tmp_path):
     script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
     shipped = ROOT / "course_utils" / "reference" / "beyond" / "llama-3.1-8b.jsonl"
-    assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only"]) == 0
+    assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only",
+                           "--peer-out", str(tmp_path / "no-peers.jsonl")]) == 0  # our table alone
     out = capsys.readouterr().out
     assert out.count("MET ") == 5 and "MISSED" not in out and "loss, lean recipe (4x4) vs source" in out
+
+
+# --- the peer in the benchmark (scripts/peer_unsloth.py, run by beyond_recipe.py --peers unsloth) ------------
+def fake_peer(micro_batch: int, grad_accum: int, allocated_gib: float, tokens_per_s: float, run_id: str = "r",
+              losses=()) -> Measurement:
+    r = beyond.peer_recipe("llama-3.1-8b", micro_batch, grad_accum, 20, label=f"Unsloth ({micro_batch}x{grad_accum})")
+    m = fake(r.label, allocated_gib, tokens_per_s, losses, micro_batch=micro_batch, grad_accum=grad_accum,
+             optimizer="adamw_8bit", prepare_kbit=False, steps=20, warmup_steps=1)
+    assert m.recipe_key == r.key
+    m.run_id, m.env = run_id, {"device": "NVIDIA H200", "versions": {"unsloth": "2026.10.9"}}
+    return m
+
+
+def peer_script() -> dict:
+    return runpy.run_path(str(ROOT / "scripts" / "peer_unsloth.py"), run_name="peer_unsloth")
+
+
+def test_rows_take_ratios_to_the_peer_at_the_same_batching():
+    ours = [fake("source", 8.0, 1000), fake("lean", 5.0, 5000, micro_batch=4, grad_accum=4),
+            fake("fast", 6.0, 12000, micro_batch=16, grad_accum=1)]
+    peers = [fake_peer(16, 1, 7.5, 11500), fake_peer(1, 16, 6.0, 1600)]
+    table = {r.label: r for r in beyond.rows(ours, peers=peers)}
+    assert table["fast"].peer_memory_ratio == pytest.approx(6.0 / 7.5)
+    assert table["fast"].peer_speed_ratio == pytest.approx(12000 / 11500)
+    assert table["source"].peer_memory_ratio == pytest.approx(8.0 / 6.0)
+    assert table["lean"].peer_memory_ratio is None  # no run of the peer at 4x4
+    assert table["Unsloth (16x1)"].memory_ratio == pytest.approx(7.5 / 8.0)  # the peer's rows, against our source
+    text = beyond.format_rows(list(table.values()))
+    assert "(x peer)" in text and text.splitlines()[3].split()[-2:] == ["-", "-"]  # lean's row
+    assert "(x peer)" not in beyond.format_rows(beyond.rows(ours))  # the table without peers is unchanged
+
+
+def test_peer_checks_take_our_closest_recipe_at_each_of_its_settings():
+    peers = [fake_peer(16, 1, 8.0, 10000), fake_peer(1, 16, 6.0, 1600)]
+    ours = [fake("source", 8.2, 1000), fake("slow but small", 6.0, 9000, micro_batch=16, grad_accum=1),
+            fake("ahead", 6.4, 10600, micro_batch=16, grad_accum=1)]
+    checks = beyond.peer_checks(ours, peers)
+    assert [met for *_, met in checks] == [True, False]
+    assert checks[0][1] == "ahead: 0.80 x memory, 1.06 x speed"
+    assert checks[1][1].startswith("source: 1.37 x memory")
+    assert "no recipe of ours at 1x16" in beyond.peer_checks(ours[1:], peers)[1][1]
+
+
+def test_latest_peer_runs_are_the_peer_recipes_of_this_run():
+    runs = [fake_peer(16, 1, 8.0, 1, run_id="a"), fake_peer(16, 1, 7.0, 2, run_id="b"), fake_peer(1, 16, 6, 3, "a"),
+            fake("ours", 1, 1, micro_batch=16, grad_accum=1)]
+    assert [m.tokens_per_s for m in beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20)] == [2, 3]
+    assert [m.tokens_per_s for m in beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20, "a")] == [1, 3]
+    assert beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 4) == []  # other step counts: other recipes
+    assert beyond.peer_name(runs[0]) == "unsloth" and beyond.peer_name(runs[-1]) is None
+
+
+def test_peers_prefer_measured_runs_and_keep_the_readers_working(monkeypatch):
+    from course_utils import facts
+
+    measured = [fake_peer(16, 1, 7.62, 11476.4, losses=[11.9, 11.0]), fake_peer(1, 16, 5.88, 1673.2)]
+    monkeypatch.setattr(beyond, "peer_reference", lambda model="llama-3.1-8b": measured)
+    p = beyond.peers()["unsloth"]
+    assert p["measured"] and p["version"] == "unsloth 2026.10.9" and p["hardware"] == "NVIDIA H200"
+    assert "16x1" not in p["settings"] and "adamw_8bit" in p["settings"] and "peer_unsloth.py" in p["source"]
+    assert [(r["batch"], r["peak_allocated_gib"], r["tokens_per_s"]) for r in p["runs"]] == [
+        ("16x1", 7.62, 11476), ("1x16", 5.88, 1673)]
+    assert facts.peer("1x16").tokens_per_s == 1673 and facts.peer("16x1").version == "unsloth 2026.10.9"
+    assert "unsloth 2026.10.9, 16x1" in beyond.peer_comparison({"16x1": [fake("ours", 6.0, 12000)]})
+
+
+def test_peer_runs_ship_apart_from_ours():
+    """The estimator and the planner are checked on every .jsonl of reference/beyond/: the peer's runs are not ours."""
+    assert beyond.peer_reference() == [] or all(beyond.peer_name(m) for m in beyond.peer_reference())
+    assert not any(beyond.peer_name(m) for m in all_reference_results())
+
+
+def test_peer_recipe_keeps_what_the_source_recipe_trains():
+    src = beyond.source(steps=20)
+    for mb, ga in beyond.PEER_BATCHES:
+        r = beyond.peer_recipe("llama-3.1-8b", mb, ga, 20)
+        assert r.tokens_per_step == src.tokens_per_step and r.warmup_steps == src.warmup_steps == 1
+        for knob in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "max_seq_length", "learning_rate",
+                     "seed", "precision", "load_in_4bit", "double_quant", "gradient_checkpointing"):
+            assert getattr(r, knob) == getattr(src, knob), knob
+        assert r.optimizer == "adamw_8bit" and not r.prepare_kbit
+
+
+@pytest.mark.slow
+def test_peer_packs_the_rows_that_build_trains_on():
+    """The peer tokenizes and packs the shipped data itself (its trl is older): the same rows as build()'s."""
+    from course_utils.build import build
+
+    built = build(Recipe(model="tiny", max_seq_length=512, steps=3, warmup_steps=1, micro_batch=1))
+    script = peer_script()
+    rows = script["packed_rows"](built.tokenizer, script["training_texts"](), 512)
+    assert rows == [list(r) for r in built.trainer.train_dataset["input_ids"]] and len(rows) > 16
+
+
+def test_peer_trains_with_build_s_settings(tmp_path):
+    """Every training setting both stacks have is build.sft_config's (batching, schedule, optimizer, seeds, data)."""
+    from trl import SFTConfig
+
+    from course_utils.build import sft_config
+
+    recipe = beyond.peer_recipe("tiny", 16, 1, 20).with_(precision="fp32")
+    ours = sft_config(recipe, "fp32", str(tmp_path))
+    peer = SFTConfig(**peer_script()["sft_kwargs"](recipe, str(tmp_path), on_cuda=False))
+    for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "learning_rate",
+                 "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "adam_beta1", "adam_beta2",
+                 "adam_epsilon", "optim", "max_length", "logging_steps", "seed", "data_seed", "bf16", "fp16",
+                 "dataloader_drop_last", "dataloader_num_workers", "dataloader_pin_memory", "shuffle_dataset"):
+        assert getattr(peer, name) == getattr(ours, name), name
+    assert not peer.packing and not peer.padding_free  # the rows come packed: every batch is [micro_batch, seq]
+
+
+def test_peer_measures_with_the_course_probe(tmp_path):
+    """On a CPU, with the tiny model and peft's LoRA standing in for Unsloth's: the script's trainer, probe and
+    Measurement (one warm-up, one tracked, one timed step)."""
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from course_utils.build import lora_config
+    from course_utils.models import tiny_model_path
+
+    script = peer_script()
+    recipe = script["peer_recipe"]("tiny", 2, 1, 3, "test").with_(precision="fp32", max_seq_length=128,
+                                                                    label="Unsloth test (2x1)")
+    tok = AutoTokenizer.from_pretrained(tiny_model_path())
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_path()), lora_config(recipe))
+    rows = script["packed_rows"](tok, script["training_texts"](), 128)
+    probe, trainer, status, error, _ = script["train"](model, tok, rows, recipe, str(tmp_path))
+    m = script["to_measurement"](recipe, script["peer_environment"](), probe, model, status, error, notes=["cpu"])
+    assert m.status == "ok" and m.recipe_key == recipe.key and m.label == "Unsloth test (2x1)"
+    assert len(m.losses) == 3 and m.tokens_per_s > 0 and probe.tokens == 3 * 2 * 128
+    assert m.trainable_params > 0 and m.env["versions"]["transformers"] and m.date
+    assert Measurement.from_dict(json.loads(m.to_json())).label == m.label  # it stores like ours
+
+
+def test_beyond_recipe_runs_the_peer_in_its_own_environment(tmp_path, monkeypatch, capsys):
+    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    calls = []
+
+    class Done:
+        returncode, stdout, stderr = 0, "Unsloth (16x1): ok\n", ""
+
+    def fake_run(cmd, env, **kw):
+        calls.append((cmd, env))
+        return Done()
+
+    monkeypatch.setattr(script["subprocess"], "run", fake_run)
+    args = script["parse_args"](["--set", "curves", "--peers", "unsloth", "--out", str(tmp_path / "run.jsonl"),
+                                 "--peer-site", str(tmp_path)])
+    assert args.peer_out == tmp_path / "peers" / "run.jsonl"
+    script["run_peer"]("unsloth", args, tmp_path / "model")
+    settings = [(cmd[cmd.index("--micro-batch") + 1], cmd[cmd.index("--grad-accum") + 1]) for cmd, _ in calls]
+    assert settings == [("16", "1"), ("1", "16")]
+    for cmd, env in calls:
+        assert cmd[1].endswith("peer_unsloth.py") and env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), str(ROOT)]
+        assert cmd[cmd.index("--model-dir") + 1] == str(tmp_path / "model") and env["HF_HUB_OFFLINE"] == "1"
+    calls.clear()
+    script["run_peer"]("unsloth", script["parse_args"](["--out", "x.jsonl", "--peer-site", str(tmp_path / "no")]), ROOT)
+    assert not calls and "no site directory" in capsys.readouterr().out
+
+
+def test_beyond_script_prints_the_peer_beside_the_shipped_table(tmp_path, capsys):
+    from course_utils.results import ResultStore
+
+    store = ResultStore(tmp_path / "peers.jsonl")
+    store.add(fake_peer(16, 1, 7.62, 11476, losses=[11.9, 11.8, 11.6]))
+    store.add(fake_peer(1, 16, 5.88, 1673))
+    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    shipped = ROOT / "course_utils" / "reference" / "beyond" / "llama-3.1-8b.jsonl"
+    assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only", "--peer-out",
+                           str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert "(x peer)" in out and "Unsloth (16x1)" in out and "and against the peer" in out
+    assert "16x1: allocated <= 0.85 x and tokens/s >= 1.05 x Unsloth (16x1)" in out
+    assert "loss, Unsloth (16x1) vs source" in out
+
+
+def test_peer_wheel_is_stripped_with_a_record_that_lists_what_is_left(tmp_path):
+    import zipfile
+
+    wheels = runpy.run_path(str(ROOT / "scripts" / "peer_wheels.py"), run_name="peer_wheels")
+    wheel = tmp_path / "unsloth-1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("unsloth/__init__.py", "x = 1\n")
+        z.writestr("studio/big.js", "0" * 10000)
+        z.writestr("unsloth_cli/app.py", "y = 2\n")
+        z.writestr("unsloth-1.dist-info/RECORD", "stale\n")
+    assert wheels["strip_wheel"](wheel) > 0 and wheels["strip_wheel"](wheel) == 0
+    with zipfile.ZipFile(wheel) as z:
+        assert sorted(z.namelist()) == ["unsloth-1.dist-info/RECORD", "unsloth/__init__.py"]
+        record = z.read("unsloth-1.dist-info/RECORD").decode().splitlines()
+    assert record[0].startswith("unsloth/__init__.py,sha256=") and record[0].endswith(",6")
+    assert record[1] == "unsloth-1.dist-info/RECORD,,"

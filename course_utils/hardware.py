@@ -14,7 +14,8 @@ STACK = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "ac
 
 
 class HardwareError(RuntimeError):
-    """The recipe asks for something this machine cannot do; the message says what to use instead."""
+    """The recipe asks for something this machine (or the device an estimate assumes) cannot do, or names no known
+    device; the message says what to use instead."""
 
 
 def device_type() -> str:
@@ -189,15 +190,58 @@ def bf16_supported() -> bool:
     return cpu_has_bf16()
 
 
-def resolve_precision(precision: str) -> str:
-    """Turn 'auto' into what the hardware does best; check a forced choice is possible."""
-    dev = device_type()
+# ---------------------------------------------------------------------------------------------
+# the devices an estimate assumes (course_utils.estimate), and the precision a recipe gets on them
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Hardware:
+    """What the estimate assumes about the device: its kind, 'auto' precision and attention kernel."""
+
+    name: str
+    device: str  # "cuda" or "cpu"
+    auto_precision: str  # what precision="auto" becomes there
+    flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
+    memory_gib: float | None = None  # usable memory, when the hardware fixes it
+    short: str = ""  # a few words for table headers
+    compute_capability: tuple[int, int] | None = None  # whose CUDA libraries' workspaces the estimate counts
+
+
+HARDWARE = {
+    "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
+                    "cuda", "bf16", True, short="a bf16 GPU", compute_capability=(9, 0)),  # the reference H200's
+    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
+                   short="a T4 (fp16)", compute_capability=(7, 5)),
+    "cpu": Hardware("CPU", "cpu", "fp32", False, short="a CPU"),
+}
+
+
+def get_hardware(hardware: str | Hardware) -> Hardware:
+    """A Hardware from its name in HARDWARE (or itself)."""
+    if isinstance(hardware, Hardware):
+        return hardware
+    try:
+        return HARDWARE[hardware.lower()]
+    except KeyError:
+        raise HardwareError(f"Unknown hardware {hardware!r}; use one of {', '.join(HARDWARE)}.") from None
+
+
+def resolve_precision(precision: str, hw: Hardware | None = None) -> str:
+    """Turn 'auto' into what the hardware does best; check a forced choice is possible.
+
+    hw: the device an estimate assumes (one of HARDWARE); None (the default): this machine. There bf16 is
+    refused only where 'auto' is fp16 (a T4): the estimate's CPU stands for any CPU."""
+    dev = device_type() if hw is None else hw.device
     if precision == "auto":
+        if hw is not None:
+            return hw.auto_precision
         if dev == "cuda":
             return "bf16" if bf16_supported() else "fp16"
         return "fp32"  # mixed precision on CPU saves little and, without bf16 instructions, is slow
-    if precision == "bf16" and not bf16_supported():
-        where = f"this GPU ({device_name()}, compute capability {compute_capability()})" if dev == "cuda" else "this CPU"
+    if precision == "bf16" and not (bf16_supported() if hw is None else hw.auto_precision != "fp16"):
+        if hw is not None:
+            where = hw.short or hw.name
+        else:
+            where = f"this GPU ({device_name()}, compute capability {compute_capability()})" if dev == "cuda" else "this CPU"
         raise HardwareError(
             f"precision='bf16' was requested, but {where} has no native bf16 "
             "(it needs an NVIDIA GPU of compute capability 8.0+, or a CPU with AVX512-BF16/AMX). "

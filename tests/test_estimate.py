@@ -245,3 +245,53 @@ def test_course_estimate_tiny_and_errors(tiny_model, capsys):
     assert "Estimate for tiny" in capsys.readouterr().out
     assert main(["estimate", "--model", "llama-3.1-8b", "--precision", "bf16", "--hardware", "t4"]) == 2
     assert "bf16" in capsys.readouterr().err
+
+
+# --- the package's layout ------------------------------------------------------------------------
+LAYERS = ("shapes", "terms", "activations", "peak", "reports")  # each imports only those before it
+
+
+def test_estimate_modules_are_small_and_import_down_the_layers():
+    import ast
+    from pathlib import Path
+
+    import course_utils.estimate as E
+
+    package = Path(E.__file__).parent
+    assert {p.stem for p in package.glob("*.py")} == {"__init__", *LAYERS}
+    for i, name in enumerate(LAYERS):
+        text = (package / f"{name}.py").read_text()
+        assert len(text.splitlines()) < 500, name
+        imported = {n.module for n in ast.walk(ast.parse(text)) if isinstance(n, ast.ImportFrom) and n.level == 1}
+        assert imported <= set(LAYERS[:i]), (name, imported)
+
+
+def _estimate_imports(tree) -> set[str]:
+    """Names a module's source imports from course_utils.estimate (absolute, or relative inside course_utils)."""
+    import ast
+
+    return {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+            and (n.module == "course_utils.estimate" or (n.level == 1 and n.module == "estimate"))
+            for a in n.names}
+
+
+def test_every_name_imported_from_the_estimator_is_there():
+    """Notebooks, scripts, tests and course_utils import from course_utils.estimate: the package keeps each name."""
+    import ast
+    import json
+    from pathlib import Path
+
+    import course_utils.estimate as E
+
+    root = Path(__file__).resolve().parents[1]
+    wanted = set()
+    for path in [*root.glob("course_utils/*.py"), *root.glob("scripts/*.py"), *root.glob("tests/*.py")]:
+        wanted |= _estimate_imports(ast.parse(path.read_text()))
+    for path in root.glob("notebooks/*.ipynb"):
+        for cell in json.loads(path.read_text())["cells"]:
+            code = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            lines = [line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            wanted |= _estimate_imports(ast.parse("\n".join(lines)))
+    assert {"estimate", "expected_memory_table", "model_shapes", "get_hardware"} <= wanted  # the scan works
+    assert not sorted(wanted - set(dir(E)))
+

@@ -1,4 +1,5 @@
-"""hardware: precision resolution (real CPU, and simulated CUDA devices), bitsandbytes, the env report."""
+"""hardware: precision resolution (real CPU, simulated CUDA devices and the devices an estimate assumes),
+bitsandbytes, the env report."""
 
 from __future__ import annotations
 
@@ -97,6 +98,57 @@ def test_ampere_and_later_auto_is_bf16(monkeypatch, cc, name):
     assert resolve_precision("auto") == "bf16"
     assert resolve_precision("bf16") == "bf16"
     assert resolve_precision("fp16") == "fp16"
+
+
+# --- the devices an estimate assumes (course_utils.estimate) -----------------------------------
+
+
+@pytest.fixture
+def not_this_machine(monkeypatch):
+    """An estimate's device decides alone: asking this machine fails the test."""
+    for name in ("device_type", "bf16_supported", "compute_capability", "device_name"):
+        monkeypatch.setattr(hardware, name, lambda: pytest.fail("an estimate's device asked this machine"))
+
+
+@pytest.mark.parametrize("name, auto", [("gpu", "bf16"), ("t4", "fp16"), ("cpu", "fp32")])
+def test_auto_on_an_estimates_device_is_that_devices(not_this_machine, name, auto):
+    device = hardware.HARDWARE[name]
+    assert resolve_precision("auto", device) == auto == device.auto_precision
+    assert resolve_precision("fp32", device) == "fp32"
+
+
+def test_bf16_on_the_estimates_t4_raises_with_advice(not_this_machine):
+    assert resolve_precision("fp16", hardware.HARDWARE["t4"]) == "fp16"
+    with pytest.raises(HardwareError) as exc:
+        resolve_precision("bf16", hardware.HARDWARE["t4"])
+    msg = str(exc.value)
+    assert "a T4 (fp16) has no native bf16" in msg and "'auto'" in msg and "'fp32'" in msg
+
+
+def test_the_estimates_cpu_takes_bf16_and_refuses_fp16(not_this_machine):
+    """The estimate's CPU stands for any CPU: bf16 is allowed there; fp16 needs CUDA, as on this machine."""
+    cpu = hardware.HARDWARE["cpu"]
+    assert resolve_precision("bf16", cpu) == "bf16"
+    with pytest.raises(HardwareError) as exc:
+        resolve_precision("fp16", cpu)
+    assert "fp16" in str(exc.value) and "CUDA" in str(exc.value) and "'fp32'" in str(exc.value)
+
+
+def test_get_hardware_by_name_and_a_clear_error():
+    assert hardware.get_hardware("T4") is hardware.HARDWARE["t4"]
+    assert hardware.get_hardware(hardware.HARDWARE["gpu"]) is hardware.HARDWARE["gpu"]
+    with pytest.raises(HardwareError, match="Unknown hardware 'tpu'; use one of gpu, t4, cpu"):
+        hardware.get_hardware("tpu")
+
+
+def test_hardware_does_not_import_the_estimator():
+    """Imports point down the layers: the estimator takes its devices from hardware, never the reverse."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(hardware))
+    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level}
+    assert not {m for m in imported if m.split(".")[0] == "estimate"}, imported
 
 
 # --- bitsandbytes, versions, environment ---------------------------------------------------------

@@ -202,7 +202,8 @@ CHECKLIST: tuple[tuple[str, object, object], ...] = (
 def check_recipe(recipe: Recipe, hardware: str = "t4", budget_gib: float | None = None) -> str:
     """The chapter's checklist applied to a recipe: each item ticked or not, and what the estimator
     says it is worth here (the estimated peak with that item undone), against a memory budget."""
-    from .estimate import estimate, get_hardware
+    from .estimate import estimate
+    from .hardware import get_hardware
 
     hw = get_hardware(hardware)
     budget = budget_gib or hw.memory_gib
@@ -228,7 +229,7 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
     carries the checklist's state as Markdown and text (GitHub, nbviewer, a terminal show that)."""
     import ipywidgets as w
 
-    from .estimate import HARDWARE
+    from .hardware import HARDWARE
     from .static_copy import CopiedVBox
 
     boxes = [w.Checkbox(value=bool(follows(recipe)), description=item, indent=False,

@@ -16,7 +16,8 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from .estimate import GiB, Estimate, estimate, get_hardware, model_shapes, same_setup
+from .estimate import Estimate, estimate, model_shapes, same_setup
+from .hardware import GiB, get_hardware
 from .recipe import DEFAULT_TARGETS, Recipe
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)

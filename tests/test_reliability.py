@@ -273,8 +273,10 @@ def test_a_late_write_failure_keeps_the_measurement_in_a_file_it_names(store, tm
 # --- quiz banks ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "title: caf\xe9\n".encode("latin-1")],
-                         ids=["binary", "latin-1"])
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe"
+
+
+@pytest.mark.parametrize("content", [PNG, "title: caf\xe9\n".encode("latin-1")], ids=["binary", "latin-1"])
 def test_a_bank_that_is_not_utf8_names_the_file(tmp_path, content):
     path = tmp_path / "99_broken.yaml"
     path.write_bytes(content)

@@ -56,6 +56,15 @@ def check_hardware(recipe: Recipe) -> str:
             f"this machine trains on {device_type()}, where they are in CPU memory already. "
             "Set offload_activations=False here."
         )
+    if recipe.tf32:
+        from .hardware import compute_capability, device_name
+
+        cc = compute_capability()
+        if cc is None or cc < (8, 0):
+            where = f"{device_name()} (compute capability {cc[0]}.{cc[1]})" if cc else device_type()
+            raise HardwareError(
+                f"tf32=True runs fp32 matmuls on TF32 tensor cores, which NVIDIA GPUs have from compute capability "
+                f"8.0 (Ampere: A100, RTX 30xx, L4) on; this machine trains on {where}. Set tf32=False here.")
     if recipe.uses_bitsandbytes:
         usable, why = bitsandbytes_status()
         if not usable:
@@ -243,6 +252,7 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         use_liger_kernel=recipe.liger_kernels,
         torch_compile=recipe.torch_compile,
         activation_offloading=recipe.offload_activations,
+        tf32=True if recipe.tf32 else None,  # None leaves torch's default (no TF32 for matmuls)
     )
 
 

@@ -256,11 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     from .measure import MeasurementError
     from .models import ModelUnavailableError
     from .recipe import RecipeError
+    from .results import StoreError
 
     args = build_parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
         return args.func(args)
-    except (RecipeError, HardwareError, ModelUnavailableError, MeasurementError) as exc:
+    except (RecipeError, HardwareError, ModelUnavailableError, MeasurementError, StoreError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -24,7 +24,7 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # Fields added after reference results were shipped: at their defaults they are left out of a
 # recipe's key, so the keys (and the stored measurements) of older recipes stay valid.
 LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False,
-                "offload_activations": False}
+                "offload_activations": False, "tf32": False}
 
 
 class RecipeError(ValueError):
@@ -58,6 +58,7 @@ class Recipe:
     liger_kernels: bool = False  # Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)
     torch_compile: bool = False  # compile the model with torch.compile (the Trainer's torch_compile)
     offload_activations: bool = False  # trl's activation offloading: saved activations wait in CPU memory (CUDA only)
+    tf32: bool = False  # fp32 matmuls on TF32 tensor cores (10-bit mantissa): Ampere (8.0) and later only
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -151,6 +152,8 @@ class Recipe:
             parts.append("compiled")
         if self.offload_activations:
             parts.append("activations on CPU")
+        if self.tf32:
+            parts.append("TF32")
         return ", ".join(parts)
 
     @property

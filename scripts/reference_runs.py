@@ -44,7 +44,18 @@ def reference_set(model: str, steps: int) -> list[Recipe]:
     return recipes
 
 
+def tf32_set(model: str, steps: int) -> list[Recipe]:
+    """Notebook 04's precisions in one run: fp32, fp32 with TF32 matmuls, and bf16 (LoRA, no checkpointing)."""
+    fp32 = source_chapter_recipe(model).with_(
+        steps=steps, warmup_steps=1, load_in_4bit=False, optimizer="adamw_torch", gradient_checkpointing=False,
+        precision="fp32", label="LoRA fp32, no ckpt, 1x16")
+    return [fp32, fp32.with_(tf32=True, label="LoRA fp32 + TF32, no ckpt, 1x16"),
+            fp32.with_(precision="bf16", label="LoRA bf16, no ckpt, 1x16")]
+
+
 SETS = {
+    # notebook 04's TF32 comparison (ships in course_utils/reference/tf32/)
+    "tf32-llama-3.1-8b": lambda steps: tf32_set("llama-3.1-8b", steps),
     "llama-3.1-8b": lambda steps: reference_set("llama-3.1-8b", steps),
     # a second architecture: the chapter's 13B row
     "llama-2-13b": lambda steps: [r for r in reference_set("llama-2-13b", steps)
@@ -71,9 +82,9 @@ def main() -> int:
         print("reference runs need a CUDA GPU", file=sys.stderr)
         return 1
     t = time.perf_counter()
-    print("random-weight checkpoint:", preset_path(args.set), f"({time.perf_counter() - t:.0f} s)", flush=True)
-    store = ResultStore(args.out)
     recipes = SETS[args.set](args.steps)[: args.first]
+    print("random-weight checkpoint:", preset_path(recipes[0].model), f"({time.perf_counter() - t:.0f} s)", flush=True)
+    store = ResultStore(args.out)
     if args.only:
         unknown = set(args.only) - {r.label for r in recipes}
         if unknown:

@@ -285,3 +285,10 @@ def test_the_plot_marks_a_noisy_point():
     ax = memory_vs_speed([_measured(spread=0.02), _measured(spread=0.9)])
     assert any(c.get_gid() == "noisy" and len(c.get_offsets()) == 1 for c in ax.collections)
     assert any("noisy speed" in t.get_text() for t in ax.get_legend().get_texts())
+
+
+def test_a_store_that_is_a_folder_is_one_line_before_measuring(capsys, tmp_path):
+    (tmp_path / "store-dir").mkdir()
+    code = cli.main(["run", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "store-dir"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("course: error:") and "store-dir" in err and "Traceback" not in err

@@ -39,7 +39,7 @@ def test_time_budget_uses_only_runs_measured_in_that_check(tmp_path):
     """A record whose runs were read back from an earlier check's store does not time the notebook."""
     rec = {"notebook": "07_x", "variant": "small", "ran_through": True, "first_failure": "", "wall_s": 100.0,
            "date": "2026-12-01T12:20:00+00:00", "env": {"device": "T4 profile on GPU", "total_memory_gib": 14.75},
-           "runs": [{"recipe": Recipe(model="tiny").to_dict(), "recipe_key": "k", "env_key": "e", "status": "ok",
+           "runs": [{"recipe": Recipe(model="tiny").to_dict(), "recipe_key": Recipe(model="tiny").key, "env_key": "e", "status": "ok",
                      "date": "2026-12-01T12:05:00+00:00", "duration_s": 30.0, "build_s": 10.0, "precision": "fp32"}]}
     path = tmp_path / "records.jsonl"
     path.write_text(json.dumps(rec) + "\n")

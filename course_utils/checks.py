@@ -106,6 +106,22 @@ def check_machine(recipe: Recipe) -> str:
     return precision
 
 
+# The linear layers of the architectures 'tiny' and the presets have (Llama and Mistral name them alike):
+# what LoRA can target, known without building the model.
+KNOWN_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+def check_targets(recipe: Recipe) -> None:
+    """LoRA targets the embedded default or a preset does not have are refused before anything loads (a hub
+    model's names are checked by build, once it is loaded)."""
+    if not (recipe.uses_lora and uses_shipped_data(recipe.model)):
+        return
+    missing = [t for t in recipe.lora_targets if t not in KNOWN_LINEARS]
+    if missing:
+        raise RecipeError(f"LoRA target module(s) {missing} not found in {recipe.model!r}. Its linear layers are: "
+                          f"{sorted(KNOWN_LINEARS)}. Pick lora_targets from those.")
+
+
 def check_model(recipe: Recipe) -> None:
     """A hub id or a folder must give a config (read through the hub's deadline: a missing, gated or
     unknown model is a one-line ModelUnavailableError here, not a child's traceback), and its sequence
@@ -124,6 +140,7 @@ def check_runnable(recipe: Recipe) -> str:
     ModelUnavailableError with the fix in its message. Returns the precision the recipe resolves to here."""
     recipe.validate()
     check_model(recipe)
+    check_targets(recipe)
     precision = check_machine(recipe)
     check_data(recipe)
     return precision

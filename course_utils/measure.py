@@ -610,5 +610,5 @@ def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store
     out = []
     for value in tqdm(list(values), desc=f"{knob} sweep", disable=not progress):
         recipe = base.with_(**{knob: value}, label=f"{knob}={value}")
-        out.append(measure(recipe, store=store, progress=False, isolate=isolate))
+        out.append(measure(recipe, store=store, progress=progress, isolate=isolate))
     return out

@@ -292,3 +292,18 @@ def test_a_store_that_is_a_folder_is_one_line_before_measuring(capsys, tmp_path)
     code = cli.main(["run", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "store-dir"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("course: error:") and "store-dir" in err and "Traceback" not in err
+
+
+def test_a_lora_target_the_model_lacks_is_refused_before_loading(tiny_model):
+    with pytest.raises(RecipeError, match=r"\['qkv'\] not found in 'tiny'.*q_proj"):
+        checks.check_runnable(Recipe(lora_targets=("q_proj", "qkv")))
+
+
+def test_the_known_linear_names_are_the_tiny_model_s(tiny_model):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_model))
+    names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert names == set(checks.KNOWN_LINEARS)

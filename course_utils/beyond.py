@@ -31,6 +31,7 @@ from pathlib import Path
 from .recipe import Recipe, source_chapter_recipe
 
 from .hardware import GiB
+from .tables import Column, Table
 
 # the issue's targets, as ratios against the source recipe measured in the same run
 LEAN_MAX_RATIO = 0.70
@@ -185,22 +186,21 @@ def rows(measurements: list, source_label: str | None = None, peers: list = ()) 
     return out
 
 
-def format_rows(table: list[Row]) -> str:
-    """The side-by-side table as text (with two columns of ratios to the peer when any row has them)."""
-    w = max([len("recipe")] + [len(r.label) for r in table]) + 2
+def rows_table(table: list[Row]) -> Table:
+    """The side-by-side table as a Table (course_utils.tables), with two columns of ratios to the peer when any
+    row has them."""
     peer = any(r.peer_memory_ratio is not None for r in table)
-    lines = [f"{'recipe':<{w}}{'allocated':>10}{'reserved':>10}{'tokens/s':>10}{'memory':>9}{'speed':>8}"
-             + (f"{'memory':>10}{'speed':>10}" if peer else ""),
-             f"{'':<{w}}{'(GiB)':>10}{'(GiB)':>10}{'':>10}{'(x src)':>9}{'(x src)':>8}"
-             + (f"{'(x peer)':>10}{'(x peer)':>10}" if peer else "")]
-    for r in table:
-        line = (f"{r.label:<{w}}{r.allocated_gib:10.2f}{r.reserved_gib:10.2f}{r.tokens_per_s:10.0f}"
-                f"{r.memory_ratio:9.2f}{r.speed_ratio:8.2f}")
-        if peer:
-            line += "".join(f"{x:10.2f}" if x is not None else f"{'-':>10}"
-                            for x in (r.peer_memory_ratio, r.peer_speed_ratio))
-        lines.append(line)
-    return "\n".join(lines)
+    columns = [Column("recipe", wrap=True), Column("allocated", "GiB", ".2f"), Column("reserved", "GiB", ".2f"),
+               Column("tokens/s", fmt=".0f"), Column("memory", "x src", ".2f"), Column("speed", "x src", ".2f")]
+    columns += [Column("memory", "x peer", ".2f"), Column("speed", "x peer", ".2f")] if peer else []
+    rows = [[r.label, r.allocated_gib, r.reserved_gib, r.tokens_per_s, r.memory_ratio, r.speed_ratio]
+            + ([r.peer_memory_ratio, r.peer_speed_ratio] if peer else []) for r in table]
+    return Table(columns, rows)
+
+
+def format_rows(table: list[Row]) -> str:
+    """rows_table as text (at most 100 characters a line)."""
+    return str(rows_table(table))
 
 
 def target_checks(src, lean_m, fast_m) -> list[tuple[str, str, bool]]:
@@ -250,20 +250,26 @@ def by_label(measurements: list) -> dict:
     return {m.label: m for m in measurements}
 
 
-def peer_comparison(ours: dict, peer: str = "unsloth") -> str:
-    """Our runs beside a peer's: `ours` maps the peer's batching ("1x16", "16x1") to our measurements to set
-    beside it. Allocated peak and tokens/s, and who is ahead on each."""
+def peer_table(ours: dict, peer: str = "unsloth") -> Table:
+    """Our runs beside a peer's, as a Table: `ours` maps the peer's batching ("1x16", "16x1") to our measurements
+    to set beside it. Allocated peak and tokens/s, and who is ahead on each."""
     p = peers()[peer]
-    lines = [f"{'':<48}{'allocated':>10}{'tokens/s':>10}", f"{'':<48}{'(GiB)':>10}"]
+    rows = []
     for run in p["runs"]:
-        lines.append(f"{p['version'] + ', ' + run['batch']:<48}{run['peak_allocated_gib']:10.2f}{run['tokens_per_s']:10,.0f}")
+        rows.append([f"{p['version']}, {run['batch']}", run["peak_allocated_gib"], run["tokens_per_s"], ""])
         for m in ours.get(run["batch"], []):
             gib = m.cuda_max_allocated / GiB
             mem = "less memory" if gib < run["peak_allocated_gib"] else "more memory"
             speed = "faster" if m.tokens_per_s > run["tokens_per_s"] else "slower"
-            lines.append(f"  {m.label:<46}{gib:10.2f}{m.tokens_per_s:10,.0f}   {mem} "
-                         f"({gib / run['peak_allocated_gib'] - 1:+.0%}), {speed} ({m.tokens_per_s / run['tokens_per_s'] - 1:+.0%})")
-    return "\n".join(lines)
+            rows.append([f"  {m.label}", gib, m.tokens_per_s, f"{mem} ({gib / run['peak_allocated_gib'] - 1:+.0%}), "
+                         f"{speed} ({m.tokens_per_s / run['tokens_per_s'] - 1:+.0%})"])
+    return Table([Column("run", short=" ", wrap=True), Column("allocated", "GiB", ".2f"),
+                  Column("tokens/s", fmt=",.0f"), Column("against the peer", short=" ")], rows)
+
+
+def peer_comparison(ours: dict, peer: str = "unsloth") -> str:
+    """peer_table as text (at most 100 characters a line)."""
+    return str(peer_table(ours, peer))
 
 
 def peers(model: str = "llama-3.1-8b") -> dict:

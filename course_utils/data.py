@@ -31,6 +31,8 @@ from pathlib import Path
 
 import datasets
 
+from .tables import wrap
+
 SHIPPED_PATH: Path = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
 DOLLY_HUB_ID = "databricks/databricks-dolly-15k"
 FIELDS = ("instruction", "context", "response", "category")
@@ -123,7 +125,7 @@ def _fallback(reason: str, n: int | None) -> datasets.Dataset:
         f"(course_utils/data/{SHIPPED_PATH.name})."
     )
     warnings.warn(message, ShippedDataWarning, stacklevel=3)
-    print(message, file=sys.stderr)
+    print(wrap(message), file=sys.stderr)
     return load_shipped(n)
 
 

@@ -9,6 +9,7 @@ import functools
 
 from .hardware import release_memory
 from .recipe import Recipe
+from .tables import wrap
 
 
 def releases_memory(fn):
@@ -56,8 +57,8 @@ def needs_4bit_here(model: str) -> bool:
     needed = 1.2 * weights
     if needed <= available_bytes():
         return False
-    print(f"({model} in fp32 needs about {needed / 2**30:.1f} GiB, more than this card leaves this process "
-          f"({available_bytes() / 2**30:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)")
+    print(wrap(f"({model} in fp32 needs about {needed / 2**30:.1f} GiB, more than this card leaves this process "
+               f"({available_bytes() / 2**30:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)"))
     return True
 
 
@@ -117,7 +118,7 @@ def lora_trainable(model: str, recipe: Recipe) -> dict[str, int]:
 def paging(model: str = "llama-3.1-8b") -> str:
     """Notebook 03: which optimizer states bitsandbytes pages (tensors of at least estimate.BNB_PAGE_MIN elements:
     none of LoRA's, nearly all of a full fine-tune's), and the H200 pair that shows what paging does to the
-    measured peak (paged buffers live outside PyTorch's allocator)."""
+    measured peak (paged buffers live outside PyTorch's allocator). Lines are at most 100 characters."""
     from .estimate import BNB_PAGE_MIN, lora_shapes, model_shapes
     from .facts import ref
     from .recipe import source_chapter_recipe
@@ -142,4 +143,4 @@ def paging(model: str = "llama-3.1-8b") -> str:
               "the rest is in unified memory, which PyTorch does not count",
               f"  same training: final loss {unpaged.final_loss:.3f} and {paged.final_loss:.3f}; "
               f"{unpaged.tokens_per_s:,.0f} and {paged.tokens_per_s:,.0f} tokens/s"]
-    return "\n".join(lines)
+    return wrap("\n".join(lines))

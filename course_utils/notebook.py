@@ -83,6 +83,7 @@ def choose_model(use_llama_8b: bool = False) -> str:
     (COURSE_PROFILE=t4), to this notebook's own process."""
     from .data import hub_reachable
     from .hardware import apply_profile, device_type
+    from .tables import wrap
 
     if device_type() == "cpu":
         if use_llama_8b:
@@ -90,13 +91,13 @@ def choose_model(use_llama_8b: bool = False) -> str:
         return "tiny"
     note = apply_profile()
     if note:
-        print(note)
+        print(wrap(note))
     if use_llama_8b:
         return REFERENCE_MODEL
     if hub_reachable():
         return SMALL_HUB_MODEL
-    print(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using its architecture with "
-          f"random weights ({SMALL_PRESET}); memory and speed are the same, the losses are not.")
+    print(wrap(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using its architecture with "
+               f"random weights ({SMALL_PRESET}); memory and speed are the same, the losses are not."))
     return SMALL_PRESET
 
 
@@ -133,21 +134,26 @@ def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
     return [ref[label] for label in labels]
 
 
-def describe_reference(ms) -> str:
-    """One line of provenance for reference points: GPU, driver, versions, and each measurement run shown
-    (its id, date and command): ratios between points are only meaningful within one run."""
+def describe_reference(ms, prefix: str = "") -> str:
+    """The provenance of reference points: GPU, driver, versions, and each measurement run shown (its id, date
+    and command): ratios between points are only meaningful within one run. `prefix` starts the first line
+    ("reference: "); lines are at most 100 characters, broken between its parts."""
+    from .tables import wrap_parts
+
     if not ms:
-        return "no reference points"
+        return prefix + "no reference points"
     env = ms[0].env
     v = env["versions"]
     runs: dict[str, list] = {}
     for m in ms:
         runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
-    shown = "; ".join(f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
-                      else f"`{key}`" for key, group in runs.items())
-    return (f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')}), torch {v['torch']}, "
-            f"transformers {v['transformers']}, peft {v['peft']}, trl {v['trl']}, bitsandbytes {v['bitsandbytes']}"
-            + (f", liger-kernel {v['liger-kernel']}" if "liger-kernel" in v else "") + "; " + shown)
+    shown = [f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
+             else f"`{key}`" for key, group in runs.items()]
+    versions = [f"torch {v['torch']}", f"transformers {v['transformers']}", f"peft {v['peft']}", f"trl {v['trl']}",
+                f"bitsandbytes {v['bitsandbytes']}"] + ([f"liger-kernel {v['liger-kernel']}"] if "liger-kernel" in v else [])
+    env_parts = [f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')})"] + versions
+    pieces = [p + "," for p in env_parts[:-1]] + [env_parts[-1] + ";"] + [p + ";" for p in shown[:-1]] + shown[-1:]
+    return wrap_parts(pieces, " ", first=prefix)
 
 
 def _base_command(command: str) -> str:
@@ -201,7 +207,15 @@ CHECKLIST: tuple[tuple[str, object, object], ...] = (
 
 def check_recipe(recipe: Recipe, hardware: str = "t4", budget_gib: float | None = None) -> str:
     """The chapter's checklist applied to a recipe: each item ticked or not, and what the estimator
-    says it is worth here (the estimated peak with that item undone), against a memory budget."""
+    says it is worth here (the estimated peak with that item undone), against a memory budget. Lines are
+    at most 100 characters."""
+    from .tables import wrap
+
+    return wrap(_check_report(recipe, hardware, budget_gib))
+
+
+def _check_report(recipe: Recipe, hardware: str = "t4", budget_gib: float | None = None) -> str:
+    """check_recipe's report, one line per item or statement (not wrapped: checklist_markdown reads it)."""
     from .estimate import estimate
     from .hardware import get_hardware
 
@@ -231,6 +245,7 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
 
     from .hardware import HARDWARE
     from .static_copy import CopiedVBox
+    from .tables import wrap
 
     boxes = [w.Checkbox(value=bool(follows(recipe)), description=item, indent=False,
                         layout=w.Layout(width="auto", max_width="100%")) for item, follows, _ in CHECKLIST]
@@ -250,9 +265,9 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
     for control in boxes + [device]:
         control.observe(update, names="value")
     update()
-    report = lambda: check_recipe(current(), device.value)  # noqa: E731  (the state when displayed)
+    report = lambda: _check_report(current(), device.value)  # noqa: E731  (the state when displayed)
     return CopiedVBox([device, w.HBox([w.VBox(boxes, layout=w.Layout(flex="0 0 auto")), out])],
-                      text=lambda: f"{_CHECKLIST_TITLE}:\n{report()}\n",
+                      text=lambda: wrap(f"{_CHECKLIST_TITLE}:\n{report()}") + "\n",
                       markdown=lambda: checklist_markdown(report()))
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from .estimate import Estimate, estimate, model_shapes, same_setup
 from .hardware import GiB, get_hardware
 from .recipe import DEFAULT_TARGETS, Recipe
+from .tables import Column, Table, common_parts, wrap
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 EFFECTIVE_BATCH = 16
@@ -311,42 +312,58 @@ class Plan:
         fitting = self.fitting
         return fitting[0] if fitting and fitting[0].speed.tokens_per_s is not None else None
 
-    def format(self, show: int | None = None) -> str:
-        """The plan as text: the rule, the fitting rows, the pick (or why nothing fits)."""
+    def rule(self) -> str:
+        """What the plan assumes, one paragraph a line: the model and hardware, the fitting rule, where speeds
+        come from."""
         hw = get_hardware(self.hardware)
-        lines = [f"Budget planner: {self.model}, sequence {self.seq}, effective batch {EFFECTIVE_BATCH}, "
-                 f"on {hw.name}.",
+        lines = [f"Budget planner: {self.model}, sequence {self.seq}, effective batch {EFFECTIVE_BATCH}, on {hw.name}.",
                  f"Budget {self.budget / GiB:.2f} GiB. A recipe fits when its estimated peak x {MARGIN_FACTOR} + "
-                 f"{MARGIN_GIB} GiB is within the budget",
-                 "(the factor covers the CUDA allocator's reserve over the peak, the GiB cuBLAS and the CUDA context).",
-                 "Speed: tokens/s of an NVIDIA H200 reference run of the recipe where one exists, else modelled: the",
-                 "measured runs of the same family (4-bit, LoRA or full, checkpointing) across micro-batches, times",
-                 "measured factors for a family never run (see plan.py).", ""]
+                 f"{MARGIN_GIB} GiB is within the budget (the factor covers the CUDA allocator's reserve over the "
+                 "peak, the GiB cuBLAS and the CUDA context).",
+                 "Speed: tokens/s of an NVIDIA H200 reference run of the recipe where one exists, else modelled: the "
+                 "measured runs of the same family (4-bit, LoRA or full, checkpointing) across micro-batches, times "
+                 "measured factors for a family never run (see plan.py)."]
         if hw.name != get_hardware("gpu").name:
-            lines.insert(6, f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
-                            "check the pick there.")
-        fitting = self.fitting
-        if not fitting:
-            return "\n".join(lines + [self.nothing_fits()])
-        w = max(len(short_name(r.recipe)) for r in fitting[:show])
-        lines.append(f"  {'recipe':<{w}}{'estimate':>9}{'needed':>9}{'tokens/s':>10}  speed from")
-        lines.append(f"  {'':<{w}}{'(GiB)':>9}{'(GiB)':>9}")
-        pick = self.pick
-        for r in fitting[:show]:
-            mark = "*" if r is pick else " "
-            speed = f"{r.speed.tokens_per_s:10.0f}" if r.speed.tokens_per_s is not None else f"{'-':>10}"
-            lines.append(f"{mark} {short_name(r.recipe):<{w}}{r.estimate.peak_gib:9.2f}{r.needed / GiB:9.2f}"
-                         f"{speed}  {r.speed.basis}")
-        if show is not None and len(fitting) > show:
-            lines.append(f"  ... and {len(fitting) - show} more that fit (--all lists them).")
-        if pick is None:
-            return "\n".join(lines + ["", f"{len(fitting)} of {len(self.rows)} candidates fit; none is picked: "
-                                           "without a speed there is no fastest (listed by memory needed)."])
-        how = "measured" if pick.speed.measured else "modelled"
-        lines += ["", f"{len(fitting)} of {len(self.rows)} candidates fit. Pick (*): {short_name(pick.recipe)}, "
-                      f"{pick.speed.tokens_per_s:.0f} tokens/s ({how}), needs {pick.needed / GiB:.2f} GiB "
-                      f"of {self.budget / GiB:.2f}."]
+            lines.append(f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
+                         "check the pick there.")
         return "\n".join(lines)
+
+    def table(self, show: int | None = None) -> Table:
+        """The plan as a Table (course_utils.tables): the rule above it, the fitting recipes (the first `show`),
+        fastest first, the pick marked *, and below it the pick, or why nothing fits."""
+        columns = [Column("pick", short=" "), Column("recipe", wrap=True), Column("estimate", "GiB", ".2f"),
+                   Column("needed", "GiB", ".2f"), Column("tokens/s", fmt=",.0f"), Column("speed from", wrap=True)]
+        fitting, pick = self.fitting, self.pick
+        if not fitting:
+            return Table(columns, [], title=self.rule(), notes=[self.nothing_fits()])
+        shared, names = common_parts([short_name(r.recipe) for r in fitting[:show]])
+        rows = [("*" if r is pick else "", name, r.estimate.peak_gib, r.needed / GiB, r.speed.tokens_per_s,
+                 r.speed.basis) for r, name in zip(fitting[:show], names)]
+        notes = [f"... and {len(fitting) - show} more that fit (--all lists them)."] if show is not None and \
+            len(fitting) > show else []
+        if pick is None:
+            notes.append(f"{len(fitting)} of {len(self.rows)} candidates fit; none is picked: without a speed there "
+                         "is no fastest (listed by memory needed).")
+        else:
+            how = "measured" if pick.speed.measured else "modelled"
+            notes.append(f"{len(fitting)} of {len(self.rows)} candidates fit. Pick (*): {short_name(pick.recipe)}, "
+                         f"{pick.speed.tokens_per_s:,.0f} tokens/s ({how}), needs {pick.needed / GiB:.2f} GiB "
+                         f"of {self.budget / GiB:.2f}.")
+        title = self.rule() + (f"\nEvery recipe below: {', '.join(shared)}; the recipe column lists the rest."
+                               if shared else "")
+        return Table(columns, rows, title=title, notes=notes)
+
+    def format(self, show: int | None = None) -> str:
+        """The plan as text of at most 100 characters a line: the rule, the fitting rows, the pick (or why
+        nothing fits)."""
+        return str(self.table(show))
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self.format(show=10))
+
+    def _repr_html_(self) -> str:
+        """In Jupyter: the first 10 rows as an HTML table (plan.table(show=None) has them all)."""
+        return self.table(show=10)._repr_html_()
 
     def nothing_fits(self) -> str:
         """Why nothing fits, how close the smallest candidate came, and what would go lower."""
@@ -363,7 +380,7 @@ class Plan:
             short = estimate(smallest.recipe.with_(max_seq_length=self.seq // 2), hardware=self.hardware)
             ideas.append(f"--seq {self.seq // 2}: needs {needed_bytes(short) / GiB:.2f} GiB")
         ideas.append("a smaller model (e.g. llama-3.2-1b)")
-        return "\n".join(lines + ["What would go lower: " + "; ".join(ideas) + "."])
+        return wrap("\n".join(lines + ["What would go lower: " + "; ".join(ideas) + "."]))
 
 
 def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardware: str = "gpu",
@@ -428,29 +445,37 @@ def margin_calibration(references: list | None = None) -> list[MarginCheck]:
     return out
 
 
-def shipped_checks(model: str = "llama-3.1-8b") -> str:
-    """scripts/check_plan.py's GPU run, as shipped: each budget's pick measured beside the source recipe of
-    the same run (fits = reserved + the CUDA context share of the margin within the budget)."""
+def checks_table(model: str = "llama-3.1-8b") -> Table:
+    """scripts/check_plan.py's GPU run, as shipped, as a Table: each budget's pick measured beside the source
+    recipe of the same run (fits = reserved + the CUDA context share of the margin within the budget)."""
     from .beyond import reference
 
+    columns = [Column("budget", "GiB", ".1f"), Column("recipe", wrap=True), Column("estimate", "GiB", ".2f", short="est."),
+               Column("allocated", "GiB", ".2f", short="alloc"), Column("reserved", "GiB", ".2f", short="rsrvd"),
+               Column("tokens/s", fmt=",.0f"), Column("verdict")]
     runs = reference(model, run="plan-check")
     if not runs:
-        return f"no planner check ships for {model}"
+        return Table(columns, [], title=f"no planner check ships for {model}")
     source = next(m for m in runs if m.label.startswith("source"))
-    w = max(len(short_name(m.recipe_obj)) for m in runs) + 2
-    lines = [f"{'budget':<9}{'recipe':<{w}}{'estimate':>9}{'allocated':>10}{'reserved':>9}{'tokens/s':>10}  verdict",
-             f"{'':<9}{'':<{w}}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>9}"]
+    pairs = []
     for m in runs:
         if m is source:
             continue
         budget = float(re.search(r"([\d.]+) GiB", m.label).group(1))
         for r in (m, source):
-            reserved = r.cuda_max_reserved / GiB
             verdict = ("fits" if fits_on_card(r.cuda_max_reserved, budget * GiB) else "does not fit") + (
                 f", {r.tokens_per_s / source.tokens_per_s:.1f}x the source recipe" if r is m else ", source recipe")
-            lines.append(f"{budget:<9.1f}{short_name(r.recipe_obj):<{w}}{estimate(r.recipe_obj).peak_gib:9.2f}"
-                         f"{r.cuda_max_allocated / GiB:10.2f}{reserved:9.2f}{r.tokens_per_s:10,.0f}  {verdict}")
+            pairs.append((budget, r, verdict))
+    shared, names = common_parts([short_name(r.recipe_obj) for _, r, _ in pairs])
+    rows = [(budget, name, estimate(r.recipe_obj).peak_gib, r.cuda_max_allocated / GiB, r.cuda_max_reserved / GiB,
+             r.tokens_per_s, verdict) for (budget, r, verdict), name in zip(pairs, names)]
     env = source.env
-    lines.append(f"Measured on {env['device']} ({source.date[:10]}, torch {env['versions']['torch']}), "
-                 f"in one run: `{source.command}`.")
-    return "\n".join(lines)
+    note = (f"Measured on {env['device']} ({source.date[:10]}, torch {env['versions']['torch']}), in one run: "
+            f"`{source.command}`.")
+    title = f"Every recipe below: {', '.join(shared)}; the recipe column lists the rest." if shared else ""
+    return Table(columns, rows, title=title, notes=[note])
+
+
+def shipped_checks(model: str = "llama-3.1-8b") -> str:
+    """checks_table as text (at most 100 characters a line)."""
+    return str(checks_table(model))

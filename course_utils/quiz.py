@@ -29,6 +29,7 @@ import yaml
 
 from .static_copy import StaticCopy
 from .static_copy import md_escape as _md
+from .tables import wrap
 
 TYPES = ("single", "multiple", "numeric")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -465,7 +466,8 @@ def _kind(q: Question) -> str:
 
 
 def quiz_text(title: str, questions: Sequence[Question]) -> str:
-    """The quiz as plain text, without answers or explanations (what a static rendering shows)."""
+    """The quiz as plain text, without answers or explanations (what a static rendering shows), in lines of at
+    most 100 characters (a question's or a choice's continuation hangs under its text)."""
     lines = [f"Quiz: {title} ({len(questions)} questions)",
              "Run this cell in Jupyter or Colab to check your answers; they are not shown here.", ""]
     for n, q in enumerate(questions, start=1):
@@ -475,7 +477,7 @@ def quiz_text(title: str, questions: Sequence[Question]) -> str:
         if q.type == "numeric":
             lines.append(f"   Answer: ______ {q.unit}".rstrip())
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return wrap("\n".join(lines).rstrip()) + "\n"
 
 
 def quiz_markdown(title: str, questions: Sequence[Question]) -> str:

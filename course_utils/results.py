@@ -23,6 +23,7 @@ from typing import Any
 
 from .models import _file_lock
 from .recipe import Recipe
+from .tables import Column, Flagged, Note, Table, wrap
 
 MiB = 1024**2
 SCHEMA_VERSION = 1
@@ -386,33 +387,48 @@ def summary_row(m: Measurement) -> dict[str, Any]:
     return row
 
 
-def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:
-    """A plain-text table: recipe, MiB per category at the peak, peak, tokens/s, final loss.
+_CATEGORY_COLUMNS = (("parameters", "params"), ("gradients", "grads"), ("optimizer", "optim"),
+                     ("activations", "activ"), ("temporaries", "temps"), ("peak", "peak"))
+NOISY_MARK = "~"
 
-    `skipped` maps a row position to a reason; such rows print the reason instead of numbers.
-    """
-    cats = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+
+def results_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> Table:
+    """The measurements as a Table (course_utils.tables): recipe, memory per category at the peak, the peak,
+    CUDA's allocated and reserved peaks (when measured), tokens/s, final loss. In MiB, or in GiB when a figure
+    reaches 10,000 MiB. `skipped` maps a row position to a reason; such rows, and runs that did not fit, give
+    the reason instead of numbers. A tokens/s from a noisy run (Measurement.noisy) is marked."""
     cuda = any(m.cuda_max_allocated for m in measurements)
-    head = ["recipe", "params", "grads", "optim", "activ", "temps", "peak"]
-    head += ["cuda alloc", "cuda rsrvd"] if cuda else []
-    head += ["tokens/s", "loss"]
-    width = max([len("recipe")] + [len(m.label) for m in measurements]) + 2
-    lines = [f"{head[0]:<{width}}" + "".join(f"{h:>11}" for h in head[1:]),
-             f"{'':<{width}}" + "".join(f"{'(MiB)':>11}" for _ in head[1:-2]) + f"{'':>11}{'(final)':>11}"]
+    biggest = max([m.peak_bytes for m in measurements] + [m.cuda_max_reserved or 0 for m in measurements] + [0])
+    unit, scale, fmt = ("GiB", 1024**3, ".2f") if biggest >= 10_000 * MiB else ("MiB", MiB, ".1f")
+    columns = [Column("recipe", wrap=True)] + [Column(name, unit, fmt, short=short) for name, short in _CATEGORY_COLUMNS]
+    if cuda:
+        columns += [Column("CUDA allocated", unit, fmt, short="cuda\nalloc"),
+                    Column("CUDA reserved", unit, fmt, short="cuda\nrsrvd")]
+    columns += [Column("tokens/s", fmt=".0f"), Column("final loss", fmt=".3f", short="loss\n(final)")]
+    rows, noisy = [], False
     for i, m in enumerate(measurements):
         if skipped and i in skipped:
-            lines.append(f"{m.label:<{width}}  skipped: {skipped[i]}")
+            rows.append([m.label, Note(f"skipped: {skipped[i]}")])
             continue
         if not m.fits:
-            lines.append(f"{m.label:<{width}}  does not fit: {m.error}")
+            rows.append([m.label, Note(f"does not fit: {m.error}")])
             continue
-        cells = [f"{m.mib(c):11.1f}" for c in cats] + [f"{m.mib('peak'):11.1f}"]
+        row = [m.label] + [m.peak_by_category.get(c, 0) / scale for c, _ in _CATEGORY_COLUMNS[:-1]]
+        row.append(m.peak_bytes / scale)
         if cuda:
-            cells += [f"{(m.cuda_max_allocated or 0) / MiB:11.1f}", f"{(m.cuda_max_reserved or 0) / MiB:11.1f}"]
-        cells.append(f"{m.tokens_per_s:11.0f}" if m.tokens_per_s else f"{'-':>11}")
-        cells.append(f"{m.final_loss:11.3f}" if m.final_loss is not None else f"{'-':>11}")
-        lines.append(f"{m.label:<{width}}" + "".join(cells))
-    return "\n".join(lines)
+            row += [(m.cuda_max_allocated or 0) / scale, (m.cuda_max_reserved or 0) / scale]
+        speed = m.tokens_per_s or None
+        if speed and getattr(m, "noisy", False):
+            speed, noisy = Flagged(speed, NOISY_MARK), True
+        rows.append(row + [speed, m.final_loss])
+    notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
+             "again (course run --force) before comparing it."] if noisy else []
+    return Table(columns, rows, notes=notes)
+
+
+def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:
+    """results_table as plain text (at most 100 characters a line): what `course run` and scripts print."""
+    return str(results_table(measurements, skipped))
 
 
 def not_measured(*measurements: Measurement) -> str | None:
@@ -420,13 +436,14 @@ def not_measured(*measurements: Measurement) -> str | None:
     label, device and reason), or None when every one of them ran."""
     for m in measurements:
         if not m.fits:
-            return (f"{m.label} does not fit on {m.env.get('device', 'this device')} ({m.error or 'out of memory'}), "
-                    "so there is nothing to compare it with here.")
+            return wrap(f"{m.label} does not fit on {m.env.get('device', 'this device')} "
+                        f"({m.error or 'out of memory'}), so there is nothing to compare it with here.")
     return None
 
 
 def describe_change(before: Measurement, after: Measurement) -> str:
-    """One line: how the peak and speed moved from one rung to the next, and the category that moved most."""
+    """How the peak and speed moved from one rung to the next, and the category that moved most (one line,
+    wrapped at 100 characters)."""
     if not (before.fits and after.fits):
         return f"{after.label}: " + ("does not fit" if not after.fits else "previous rung did not fit")
     cats = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
@@ -437,5 +454,5 @@ def describe_change(before: Measurement, after: Measurement) -> str:
     speed = ""
     if before.tokens_per_s and after.tokens_per_s:
         speed = f", speed {100 * (after.tokens_per_s / before.tokens_per_s - 1):+.0f}%"
-    return (f"{after.label}: peak {peak:+.1f} MiB ({pct:+.0f}%){speed}; "
-            f"largest change in {biggest} ({deltas[biggest]:+.1f} MiB)")
+    return wrap(f"{after.label}: peak {peak:+.1f} MiB ({pct:+.0f}%){speed}; "
+                f"largest change in {biggest} ({deltas[biggest]:+.1f} MiB)")

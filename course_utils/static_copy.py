@@ -6,7 +6,7 @@ is empty. The quiz and the checklist widget therefore display one bundle with th
 - ``application/vnd.jupyter.widget-view+json``: the live widget, which JupyterLab 4, Colab
   (ipywidgets 7.7) and VS Code prefer whenever their widget manager knows the model;
 - ``text/markdown`` and ``text/plain``: what the widget shows, without what must stay hidden (a quiz's
-  answers), which static renderers and terminals use.
+  answers), which static renderers and terminals use; the text in lines of at most 100 characters.
 
 ``scripts/clean_notebooks.py`` removes the first entry before a commit and keeps the other two.
 """
@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable
 
 import ipywidgets as widgets
+
+from .tables import wrap
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -47,12 +49,13 @@ class StaticCopy:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        return self.text()
+        return wrap(self.text())
 
     def _repr_mimebundle_(self, **kwargs) -> dict:
-        """The widget view plus its static copy."""
+        """The widget view plus its static copy (the text in lines of at most 100 characters; Markdown is
+        reflowed by whatever renders it)."""
         return {WIDGET_VIEW: {"version_major": 2, "version_minor": 0, "model_id": self.model_id},
-                "text/plain": self.text(), "text/markdown": self.markdown()}
+                "text/plain": wrap(self.text()), "text/markdown": self.markdown()}
 
     def _ipython_display_(self) -> None:
         """Display the bundle once (also what a cell's last expression does)."""

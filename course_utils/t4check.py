@@ -24,6 +24,7 @@ from pathlib import Path
 from .hardware import PROFILES
 from .recipe import Recipe
 from .results import Measurement
+from .tables import wrap
 
 RECORDS = Path(__file__).parent / "reference" / "t4" / "t4-check.jsonl"
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
@@ -214,7 +215,7 @@ def how_long_on_a_t4(notebook: str) -> str:
             parts.append(str(time_budget(notebook, variant)))
         except T4CheckError as exc:
             parts.append(f"{VARIANTS[variant]}: {exc}")
-    return "\n".join(parts)
+    return wrap("\n".join(parts))  # at most 100 characters a line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def profile_table(notebook: str, variant: str = "small", path: Path = RECORDS) -
                          f"{(m.cuda_max_reserved or 0) / 2**30:12.2f}")
         else:
             lines.append(f"  {run_name(m)[:34]:34} {m.precision:9} {'does not fit':>13}")
-    return "\n".join(lines)
+    return wrap("\n".join(lines))  # at most 100 characters a line
 
 
 def strip_env(measurement: dict) -> dict:

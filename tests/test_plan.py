@@ -79,9 +79,38 @@ def test_speed_is_measured_where_a_reference_run_exists(plan_16):
 
 
 def test_plan_text_names_the_rule_and_the_pick(plan_16):
-    text = plan_16.format()
+    text = " ".join(plan_16.format().split())  # the text is wrapped at 100 characters
     assert "x 1.15 + 0.75 GiB" in text and "Pick (*)" in text
     assert "measured" in text and "model:" in text
+
+
+def test_plan_is_a_table_within_100_characters(plan_16):
+    from course_utils.plan import plan
+    from course_utils.tables import WIDTH
+
+    for p, show in ((plan_16, None), (plan_16, 6), (plan("llama-3.1-8b", hardware="t4"), 4),
+                    (plan("llama-3.1-8b", "4GiB"), None)):
+        text = p.format(show=show)
+        assert max(len(line) for line in text.splitlines()) <= WIDTH, text
+    table = plan_16.table(show=6)
+    assert len(table.rows) == 6 and [r[0] for r in table.rows].count("*") == 1
+    html = table._repr_html_()
+    assert "<table" in html and "estimate (GiB)" in html and "Pick (*)" in html
+    # what every shown recipe shares is said once, above the table; the rows name the rest
+    assert "Every recipe below: 4-bit NF4 +DQ, LoRA r=16, bf16, ckpt" in " ".join(table.title.split())
+    assert all("LoRA r=16" not in r[1] for r in table.rows)
+
+
+def test_shipped_checks_is_a_table_within_100_characters():
+    from course_utils.plan import checks_table, shipped_checks
+    from course_utils.tables import WIDTH
+
+    text = shipped_checks("llama-3.1-8b")
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    table = checks_table("llama-3.1-8b")
+    assert [r[-1] for r in table.rows].count("does not fit, source recipe") == 1
+    assert "<table" in table._repr_html_() and "check_plan.py" in table._repr_html_()
+    assert "no planner check ships" in shipped_checks("no-such-model")
 
 
 def test_budget_too_small_gives_a_clear_message(capsys):
@@ -90,7 +119,7 @@ def test_budget_too_small_gives_a_clear_message(capsys):
 
     p = plan("llama-3.1-8b", "4GiB")
     assert p.pick is None and p.fitting == []
-    text = p.format()
+    text = " ".join(p.format().split())
     assert "Nothing" in text and "4.00 GiB" in text and "--seq 256" in text
     assert main(["plan", "--model", "llama-3.1-8b", "--budget", "1GiB"]) == 0
     assert "Nothing" in capsys.readouterr().out

@@ -10,7 +10,8 @@ import pytest
 
 from course_utils.recipe import Recipe
 from course_utils.results import (MiB, Measurement, ResultStore, StoreError, describe_change, format_table,
-                                  summary_row)
+                                  reference_results, results_table, summary_row)
+from course_utils.tables import WIDTH
 
 CATS = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
 
@@ -210,21 +211,59 @@ def test_format_table_has_labels_and_mib():
 def test_format_table_cuda_columns_when_measured():
     m = make()
     m.cuda_max_allocated, m.cuda_max_reserved = 50 * MiB, 64 * MiB
-    text = format_table([m])
-    assert "cuda alloc" in text and "cuda rsrvd" in text
-    assert "50.0" in text and "64.0" in text
+    lines = format_table([m]).splitlines()
+    assert lines[0].split() == ["cuda", "cuda"] and lines[1].split()[7:9] == ["alloc", "rsrvd"]
+    assert lines[-1].split()[7:9] == ["50.0", "64.0"]
+    frame = results_table([m]).to_frame()
+    assert frame["CUDA allocated (MiB)"].tolist() == [50.0] and frame["CUDA reserved (MiB)"].tolist() == [64.0]
+
+
+def test_results_table_is_html_and_text_within_the_width():
+    """The chapter's shipped H200 runs (8B and 13B models, GiB figures, CUDA columns, long recipe names)."""
+    table = results_table(reference_results())
+    html = table._repr_html_()
+    assert "<table" in html and "peak (GiB)" in html and "CUDA reserved (GiB)" in html
+    assert html == results_table(reference_results())._repr_html_()  # no random ids: nbval compares it
+    text = str(table)
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    names = []  # a long name wraps onto indented lines under its first one, whole
+    for line in text.splitlines()[3:]:
+        first = re.split(r"\s{2,}", line.strip())[0]
+        if line.startswith(" "):
+            names[-1] += " " + first
+        else:
+            names.append(first)
+    assert names == [m.label for m in reference_results()]
+
+
+def test_results_table_units_follow_the_size_and_mark_a_noisy_speed():
+    small, big = make("small"), make("big", peak_mib=20_000)
+    assert "(MiB)" in format_table([small]) and "(GiB)" in format_table([small, big])
+    assert "19.53" in format_table([small, big])  # 20,000 MiB in GiB
+    noisy = make("noisy", tokens_per_s=1234.0)
+    if not hasattr(noisy, "timing"):
+        pytest.skip("this Measurement records no timing")
+    noisy.timing = {"spread": 0.9}
+    text = format_table([small, noisy])
+    assert "1234~" in text and "noisy speed" in text
+    assert "~" not in format_table([small])
 
 
 def test_format_table_does_not_fit_and_skipped_rows():
     ok = make("fits")
     oom = make("too big", status="does_not_fit", error="BudgetExceeded: over the budget", micro_batch=64)
     same = make("same as above")
-    text = format_table([ok, oom, same], skipped={2: "same recipe as the rung above"})
+    table = results_table([ok, oom, same], skipped={2: "same recipe as the rung above"})
+    text = str(table)
     oom_line = next(line for line in text.splitlines() if line.startswith("too big"))
     assert "does not fit: BudgetExceeded: over the budget" in oom_line
     skipped_line = next(line for line in text.splitlines() if line.startswith("same as above"))
     assert "skipped: same recipe as the rung above" in skipped_line
     assert "44.0" not in skipped_line
+    frame = table.to_frame()  # the HTML and the DataFrame keep the reason in a column of its own
+    assert frame["note"].tolist() == ["", "does not fit: BudgetExceeded: over the budget",
+                                      "skipped: same recipe as the rung above"]
+    assert frame["peak (MiB)"].isna().tolist() == [False, True, True]
 
 
 def test_describe_change_names_labels_numbers_and_category():
@@ -236,6 +275,14 @@ def test_describe_change_names_labels_numbers_and_category():
     assert "peak -14.0 MiB (-32%)" in line
     assert "speed -20%" in line
     assert "largest change in activations (-14.0 MiB)" in line
+
+
+def test_describe_change_wraps_a_long_line():
+    before = make("x" * 60, tokens_per_s=1000.0)
+    after = make("a long label that takes most of the line, " * 2, peak_mib=30, tokens_per_s=800.0)
+    text = describe_change(before, after)
+    assert len(text.splitlines()) == 2 and max(map(len, text.splitlines())) <= WIDTH
+    assert "largest change in" in " ".join(text.split())
 
 
 def test_describe_change_does_not_fit():

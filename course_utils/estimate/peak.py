@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..hardware import GiB, MiB, Hardware, get_hardware, resolve_precision
 from ..recipe import Recipe
+from ..tables import wrap
 from .activations import (attention_backward_temporaries, embedding_backward_temporaries, head_activation_terms,
                           layer_activation_terms, layer_backward_temporaries, loss_backward_temporaries,
                           loss_forward_extras, offloaded, optimizer_step_temporaries, recomputed_input)
@@ -58,7 +59,7 @@ class Estimate:
         return self.peak_bytes / GiB
 
     def explain(self) -> str:
-        """The arithmetic, term by term, grouped by category."""
+        """The arithmetic, term by term, grouped by category, in lines of at most 100 characters."""
         lines = [f"Estimate for {self.recipe.model}: {self.recipe.with_(precision=self.precision).describe()}",
                  f"on {self.hardware.name}; {self.recipe.micro_batch * self.recipe.max_seq_length} tokens "
                  "per micro-batch.",
@@ -79,7 +80,7 @@ class Estimate:
         if others:
             lines.append("Other candidate moments: " + "; ".join(others) + ".")
         lines += [f"Note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return wrap("\n".join(lines))  # at most 100 characters a line
 
 
 def fmt_bytes(n: float) -> str:

@@ -13,6 +13,7 @@ from ..recipe import Recipe
 from .peak import Estimate, estimate
 from .shapes import model_shapes
 from .terms import CATEGORIES
+from ..tables import wrap
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def _cell_text(cell: ExpectedCell) -> str:
 def format_expected_table(rows: list[ExpectedRow]) -> str:
     """The table as text, with what each column means and where the measurements come from."""
     lines = ["Peak memory of one training step, sequence 512, effective batch 16 (GiB = 2^30 bytes; the chapter's",
-             "figures as it prints them). 'measured' = a shipped GPU reference run; 'estimated' = "
+             "figures as it prints them). 'measured' = a shipped GPU reference run; 'estimated' =",
              "course_utils.estimate.",
              "",
              f"{'':<19}{'Without optimization (full FT)':<40}{'Full optimization (chapter recipe)':<40}",
@@ -117,20 +118,19 @@ def format_expected_table(rows: list[ExpectedRow]) -> str:
     shown = next((r for r in rows if r.without.measured is not None), first)  # a measured peak, where one ships
     params, shown_params = model_shapes(first.model).total_params, model_shapes(shown.model).total_params
     lines += ["",
-              "Without optimization = without_optimization_recipe(model): a full fine-tune with bf16 weights, gradients",
-              "  and AdamW states, no checkpointing, micro-batch 1 x 16. It peaks in the optimizer step at "
-              f"{shown.without.peak_bytes / shown_params:.1f} bytes",
-              f"  per parameter ({shown.model}, {shown.without.source}): 2 weights + 2 gradient + 2 x 2 AdamW + 2 "
-              "for the step's",
-              "  sqrt(exp_avg_sq) = 10. Pure bf16 AdamW is a saving in itself, and a lossy one (bf16 weights drop "
-              "small updates).",
-              "  Standard mixed precision keeps fp32 master weights, gradients and AdamW states: 4 + 4 + 2 x 4 = 16 "
-              "bytes per",
-              f"  parameter, {16 * shown_params / GiB:.0f} GiB for {shown.model} before any activation.",
+              "Without optimization = without_optimization_recipe(model): a full fine-tune with bf16 weights,",
+              "  gradients and AdamW states, no checkpointing, micro-batch 1 x 16. It peaks in the optimizer step",
+              f"  at {shown.without.peak_bytes / shown_params:.1f} bytes per parameter ({shown.model}, "
+              f"{shown.without.source}): 2 weights + 2 gradient +",
+              "  2 x 2 AdamW + 2 for the step's sqrt(exp_avg_sq) = 10. Pure bf16 AdamW is a saving in itself, and",
+              "  a lossy one (bf16 weights drop small updates). Standard mixed precision keeps fp32 master",
+              "  weights, gradients and AdamW states: 4 + 4 + 2 x 4 = 16 bytes per parameter, "
+              f"{16 * shown_params / GiB:.0f} GiB",
+              f"  for {shown.model} before any activation.",
               f"The chapter's {first.without.claim} for {first.size} is the bf16 weights alone ({params / 1e9:.2f} "
               f"billion x 2 bytes = {2 * params / 1e9:.1f} GB).",
-              "Full optimization = source_chapter_recipe(model): 4-bit NF4 + double quant, LoRA r=16 on q/k/v/o, bf16,",
-              "  gradient checkpointing, 1 x 16, paged_adamw_8bit.",
+              "Full optimization = source_chapter_recipe(model): 4-bit NF4 + double quant, LoRA r=16 on q/k/v/o,",
+              "  bf16, gradient checkpointing, 1 x 16, paged_adamw_8bit.",
               "Estimates assume a bf16 GPU with FlashAttention-2; they need no weights."]
     for r in rows:
         for name, c in (("without optimization", r.without), ("full optimization", r.full)):
@@ -142,7 +142,7 @@ def format_expected_table(rows: list[ExpectedRow]) -> str:
                 if name == "without optimization" and m.losses:
                     lines.append(f"  Its loss per step (random weights, learning rate {m.recipe['learning_rate']:g}): "
                                  + ", ".join(f"{x:.2f}" for x in m.losses))
-    return "\n".join(line.rstrip() for line in lines)
+    return wrap("\n".join(line.rstrip() for line in lines))  # at most 100 characters a line
 
 
 # ---------------------------------------------------------------------------------------------

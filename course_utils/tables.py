@@ -299,11 +299,12 @@ class Table:
         labels = [c.label for c in self.columns] + ([NOTE] if noted else [])
         frame = pd.DataFrame(shown, columns=labels)
         uuid = "course_" + hashlib.sha1(self.text().encode()).hexdigest()[:10]
-        styles = [{"selector": f"td.col{k}, th.col{k}",
-                   "props": f"text-align: {'right' if c.right else 'left'}; white-space: "
-                            f"{'normal' if c.wrap else 'nowrap'}"}
-                  for k, c in enumerate(self.columns)]
-        styles.append({"selector": "td, th", "props": "padding: 2px 8px; vertical-align: top"})
+        # numbers right-aligned on one line; headers may break; text columns left, wrapped ones kept readable
+        styles = [{"selector": "td, th", "props": "padding: 2px 8px; vertical-align: top; text-align: right"},
+                  {"selector": "td", "props": "white-space: nowrap"}]
+        styles += [{"selector": f"td.col{k}, th.col{k}",
+                    "props": "text-align: left" + ("; white-space: normal; min-width: 14em" if c.wrap else "")}
+                   for k, c in enumerate(self.columns + [Column(NOTE, wrap=True)] * noted) if not c.right]
         styler = Styler(frame, uuid=uuid, cell_ids=False).format(escape="html").hide(axis="index")
         table = styler.set_table_styles(styles).to_html()
         title = "".join(f"<p style='margin:4px 0'>{html.escape(t)}</p>" for t in self.title.split("\n") if t)

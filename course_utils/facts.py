@@ -487,9 +487,9 @@ def texts_of(path: Path):
 
 
 def every_text():
-    """Every quiz bank, every notebook's Markdown and README.md: what `pytest -m truth` checks."""
+    """Every quiz bank, every notebook's Markdown, README.md and TROUBLESHOOTING.md: what `pytest -m truth` checks."""
     from .quiz import quiz_dir
 
     for path in [*sorted(quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
-                 ROOT / "README.md"]:
+                 ROOT / "README.md", ROOT / "TROUBLESHOOTING.md"]:
         yield from texts_of(path)

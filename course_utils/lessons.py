@@ -144,3 +144,20 @@ def paging(model: str = "llama-3.1-8b") -> str:
               f"  same training: final loss {unpaged.final_loss:.3f} and {paged.final_loss:.3f}; "
               f"{unpaged.tokens_per_s:,.0f} and {paged.tokens_per_s:,.0f} tokens/s"]
     return wrap("\n".join(lines))
+
+
+def sweep_base(base: Recipe) -> Recipe:
+    """Notebook 06: the recipe its sweeps start from, with 1 warm-up, 1 tracked and 2 timed steps (enough for
+    the bytes). A GPU-sized preset sweeps in 4-bit at the device's precision: in fp32 LoRA not one point of
+    the Llama-3.1-8B sweep fits a free T4, so the picture would be empty there."""
+    short = base.with_(steps=4, warmup_steps=1)
+    if needs_4bit_here(base.model):
+        short = short.with_(load_in_4bit=True, precision="auto")
+    return short
+
+
+def growth(measurements, category: str) -> str:
+    """Notebook 06: how much a category grows each time the knob doubles, point to point ('x1.98 x2.01 ...');
+    a point that did not fit has no figure and is left out."""
+    values = [m.peak_by_category[category] for m in measurements if m.fits]
+    return " ".join(f"x{b / a:.2f}" for a, b in zip(values, values[1:]))

@@ -54,12 +54,14 @@ class Produced:
                                        "update course_utils/trouble_sources.py") from exc
 
     def text(self) -> str:
+        """The message as the guide shows it: what varies elided."""
         shown = self.raw
         for pattern in self.elide:
             shown = re.sub(pattern, _elided, shown)
         return shown
 
     def cite(self) -> str:
+        """Where it comes from, for the guide's small print."""
         return f"Made by {self.origin}."
 
 
@@ -77,14 +79,17 @@ class Library:
     present: bool = True  # False: no .py file of the package says it any more (an old message tutorials show)
 
     def source(self) -> str:
+        """The installed source the pieces are looked for in: `file`, or every .py file for present=False."""
         folder = package_folder(self.package)
         files = [folder / self.file] if self.present else sorted(folder.rglob("*.py"))
         return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
 
     def text(self) -> str:
+        """The message as the learner sees it."""
         return self.shown
 
     def cite(self) -> str:
+        """The package, its installed version and the file, for the guide's small print."""
         if not self.present:
             return f"{self.package} {version_of(self.package)}, no file of which says `{self.pieces[0]}`"
         return f"{self.package} {version_of(self.package)}, `{self.package}/{self.file}`"
@@ -101,14 +106,17 @@ class Logged:
     sentences: int = 2
 
     def run(self):
+        """The logged Measurement (facts.t4: the newest record of that notebook and variant)."""
         return facts.t4(self.notebook, self.label, self.variant)
 
     def text(self) -> str:
+        """The run's error to the end of its first `sentences` sentences; what follows names that GPU's totals."""
         full = self.run().error
         ends = [m.start() + 1 for m in re.finditer(r"(?<=\S)\. (?=[A-Z])", full)]
         return full[:ends[self.sentences - 1]] + " …" if len(ends) >= self.sentences else full
 
     def cite(self) -> str:
+        """The log, the notebook, the run and its device, for the guide's small print."""
         from .t4check import record_for
 
         rec = record_for(self.notebook, self.variant)
@@ -188,13 +196,13 @@ def setup_cell_run(pip_returncode: int = 0, changed: bool = False) -> str:
 
     state = {"torch": "…", "numpy": "…", "ipywidgets": "…", "…": "old"}
 
-    def pip(cmd, **kwargs):
+    def pip(cmd, **kwargs):  # stands in for subprocess.run: pip's answer, and the change it made
         Path(cmd[cmd.index("-c") + 1]).unlink(missing_ok=True)  # the constraints file the cell wrote
         if changed:
             state["…"] = "new"
         return subprocess.CompletedProcess(cmd, pip_returncode, stdout="ERROR: …" if pip_returncode else "")
 
-    def distributions():
+    def distributions():  # stands in for importlib.metadata.distributions: this fake image
         return [SimpleNamespace(metadata={"Name": n}, version=v) for n, v in state.items()]
 
     out = io.StringIO()

@@ -53,6 +53,7 @@ class Entry:
 
     @property
     def anchor(self) -> str:
+        """The entry's heading anchor in the guide."""
         return slug(self.title)
 
     @property
@@ -61,6 +62,7 @@ class Entry:
         return "\n\n".join([self.title, self.where, self.why, self.fix] + [m.when for m in self.messages])
 
     def command_lines(self) -> tuple[str, ...]:
+        """The `course` commands of the fix (some are generated from the recipe they describe)."""
         return self.commands() if callable(self.commands) else self.commands
 
 
@@ -343,6 +345,7 @@ def slug(title: str) -> str:
 
 
 def entry(key: str) -> Entry:
+    """The entry with this key; a KeyError naming the keys otherwise."""
     found = [e for e in ENTRIES if e.key == key]
     if not found:
         raise KeyError(f"no troubleshooting entry {key!r}; there are: {[e.key for e in ENTRIES]}")
@@ -388,6 +391,7 @@ def render() -> str:
 
 
 def _block(text: str) -> re.Match:
+    """The guide's marker block in `text` (group 1: what stands between the markers)."""
     found = re.search(rf"<!-- {BLOCK} -->\n(.*?)\n?<!-- /{BLOCK} -->", text, re.S)
     if found is None:
         raise TroubleshootingError(f"{GUIDE.name} has no `<!-- {BLOCK} -->` ... `<!-- /{BLOCK} -->` block")

@@ -18,6 +18,7 @@ and read the memory a learner sees on their own card.
 - `memory_stats(measurement)`: peak reserved memory and its share of the GPU, as Unsloth's notebooks print
   it, what the card holds (nvidia-smi), beside a Measurement's allocated/reserved; on a CPU, its tensor peak.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,8 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from .recipe import Recipe, RecipeError
@@ -53,7 +55,7 @@ class Saved:
     recipe: Recipe
     losses: list[float]
     train_s: float
-    files: list[str] = field(default_factory=list)
+    files: list[str]
 
 
 def train_and_save(recipe: Recipe, folder: str | os.PathLike, steps: int | None = None) -> Saved:
@@ -171,8 +173,6 @@ def response_loss(model, tokenizer, records: list[dict]) -> float | None:
 def frequent_tokens(tokenizer, top: int = FREQUENT_TOP) -> tuple[set[int], float]:
     """The `top` most common token ids of the shipped training text under this tokenizer, and the share of
     all its tokens they make up (what a model that only learned the data's token frequencies would hit)."""
-    from collections import Counter
-
     from .data import corpus_text
 
     counts = Counter(i for ids in tokenizer(corpus_text(), add_special_tokens=False)["input_ids"] for i in ids)
@@ -246,14 +246,16 @@ def generate_before_after(adapter: str | os.PathLike, prompts: list[dict] | None
     return json.loads(lines[-1])
 
 
-def format_generations(result: dict, width: int = 100) -> str:
-    """The continuations side by side, then what changed, each number from the result."""
+def format_generations(result: dict) -> str:
+    """The continuations, then what changed (every number from the result), in lines of tables.WIDTH at most."""
+    from .tables import WIDTH, wrap
+
     lines = [f"{result['base']} with and without the adapter, greedy, {result['max_new_tokens']} new tokens, "
              f"on {result['device']}{' (4-bit base)' if result['load_in_4bit'] else ''}, in a fresh process:"]
     for row in result["prompts"]:
-        lines += ["", row["prompt"].rstrip().replace("\n", " | ")[:width]]
+        lines += ["", row["prompt"].rstrip().replace("\n", " | ")[:WIDTH]]
         for who in ("base", "adapter"):
-            lines.append(f"  {who + ':':9}{json.dumps(row[who], ensure_ascii=False)[:width]}")
+            lines.append(wrap(f"  {who + ':':9}{json.dumps(row[who], ensure_ascii=False)}", indent=" " * 11))
     loss, freq = result["response_loss"], result["frequent"]
     if loss["base"] is not None:
         lines += ["", f"response loss (nats/token, these records): base {loss['base']:.3f} -> adapter "
@@ -265,7 +267,7 @@ def format_generations(result: dict, width: int = 100) -> str:
 
     if uses_shipped_data(result["base"]):  # 'tiny' and the presets have random weights
         lines.append("A random-weight model learns the data's commonest tokens in a few steps, not answers.")
-    return "\n".join(lines)
+    return wrap("\n".join(lines))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = sub.add_parser("generate", help="greedy continuations of the base model and of base + adapter")
     gen.add_argument("--base", required=True, help="'tiny', a preset, a hub id or a local folder")
     gen.add_argument("--adapter", required=True, help="folder with adapter_config.json")
-    gen.add_argument("--prompts-json", required=True, help="JSON list of strings or {prompt, response} objects, "
-                     "or a file holding one")
+    gen.add_argument("--prompts-json", required=True, help="JSON list of prompts or {prompt, response}, or its file")
     gen.add_argument("--max-new-tokens", type=int, default=None)
     gen.add_argument("--load-in-4bit", action="store_true", help="load the base in NF4, as QLoRA trained it")
     gen.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
@@ -334,10 +335,8 @@ class Merged:
 
 
 def merge_adapter(adapter: str | os.PathLike, load_in_4bit: bool = True, base: str | None = None) -> Merged:
-    """Load the base (NF4 if load_in_4bit) with the adapter on it, and merge_and_unload under the tensor
-    tracker. peft 0.21 merges a 4-bit layer by dequantizing its weight, adding B @ A x scale, and
-    quantizing the sum to NF4 again (it warns of rounding errors): the model stays 4-bit. The models are
-    gone when it returns (release_memory), so the next cell has the card back."""
+    """Load the base (NF4 if load_in_4bit) with the adapter on it and merge_and_unload under the tensor
+    tracker (what peft does: the module docstring). The models are gone when it returns (release_memory)."""
     from .hardware import release_memory
 
     try:
@@ -421,6 +420,8 @@ def fmt(n: float) -> str:
 
 def format_merge(measured: list[Merged], estimates: list[dict]) -> str:
     """Measured merges beside their estimates (same order), then estimates of larger models."""
+    from .tables import wrap
+
     kind = lambda e: "NF4 base" if e["load_in_4bit"] else f"{8 * e['weight_bytes']}-bit base"  # noqa: E731
     lines = []
     for m, e in zip(measured, estimates):
@@ -435,7 +436,7 @@ def format_merge(measured: list[Merged], estimates: list[dict]) -> str:
         lines += [f"  peft warned: {w}" for w in m.warnings]
     lines += [f"estimate, merge into the {kind(e)} of {e['model']} ({e['params'] / 1e9:.2f} B parameters): merged "
               f"model {fmt(e['merged'])}, peak {fmt(e['peak'])}" for e in estimates[len(measured):]]
-    return "\n".join(lines)
+    return wrap("\n".join(lines), indent="    ")
 
 
 # --- 4. the memory a learner can read on their own card ------------------------------------------
@@ -466,7 +467,9 @@ def memory_stats(measurement=None) -> dict:
 
 
 def format_memory_stats(stats: dict) -> str:
-    """memory_stats() as the lines a notebook prints."""
+    """memory_stats() as the lines a notebook prints (at most tables.WIDTH characters each)."""
+    from .tables import wrap
+
     pct = lambda n, total: f"{n / total:.1%}" if total else "?"  # noqa: E731
     total = stats["total_bytes"]
     if stats["gpu"]:
@@ -484,13 +487,12 @@ def format_memory_stats(stats: dict) -> str:
         head = f"The course measured {m['label']!r} on {m['device']} in its own process (not in this kernel's figures):"
         if m["reserved"] is not None:
             lines += [head, f"  allocated {fmt(m['allocated'])} ({pct(m['allocated'], m['total_bytes'])} of its card), "
-                            f"reserved {fmt(m['reserved'])} ({pct(m['reserved'], m['total_bytes'])}): Measurement."
-                            "cuda_max_allocated/_reserved; nvidia-smi would show the reserved figure plus the "
-                            "CUDA context"]
+                            f"reserved {fmt(m['reserved'])} ({pct(m['reserved'], m['total_bytes'])}) (Measurement."
+                            "cuda_max_allocated/_reserved); nvidia-smi shows the reserved plus the CUDA context"]
         else:
             lines += [head, f"  tensor-level peak {fmt(m['peak'])} ({pct(m['peak'], m['total_bytes'])} of its "
                             "memory): the tensors training held at its largest moment (Measurement.peak_bytes)"]
-    return "\n".join(lines)
+    return wrap("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,16 @@ import pytest
 from course_utils import after
 from course_utils.after import AdapterError
 from course_utils.recipe import Recipe, RecipeError
+from course_utils.tables import WIDTH
 
 RECIPE = Recipe(model="tiny", micro_batch=2, max_seq_length=128, steps=4, warmup_steps=0, learning_rate=1e-3,
                 label="after test")
+
+
+def folded(text: str) -> str:
+    """The text on one line (the formatters wrap at tables.WIDTH), after checking that it does."""
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    return " ".join(text.split())
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +97,7 @@ def test_training_moves_the_continuation_toward_the_data(generated):
     assert loss["adapter"] < loss["base"]
     assert freq["adapter"] > freq["base"]
     assert 0 < freq["data_share"] < 1
-    text = after.format_generations(generated)
+    text = folded(after.format_generations(generated))
     assert f"base {loss['base']:.3f} -> adapter {loss['adapter']:.3f}" in text
     assert "in a fresh process" in text and "random-weight model" in text
 
@@ -142,7 +149,7 @@ def test_merging_into_an_fp32_base_keeps_the_adapter_exactly(saved):
     assert merged.bytes_after == estimate["merged"]
     assert merged.peak_bytes == pytest.approx(estimate["peak"], rel=0.02)
     assert merged.logit_change["merge"] < 1e-4 * merged.logit_change["adapter"]
-    text = after.format_merge([merged], [estimate, after.merge_estimate("llama-3.1-8b", False, 2)])
+    text = folded(after.format_merge([merged], [estimate, after.merge_estimate("llama-3.1-8b", False, 2)]))
     assert "32-bit base of tiny" in text and "16-bit base of llama-3.1-8b" in text
 
 
@@ -171,7 +178,7 @@ def measurement(**fields):
 def test_memory_stats_on_a_cpu_show_the_tensor_level_peak():
     stats = after.memory_stats(measurement(peak_bytes=512 * 2**20))
     assert not stats["gpu"] and stats["max_rss"] > 0
-    text = after.format_memory_stats(stats)
+    text = folded(after.format_memory_stats(stats))
     assert text.startswith("No CUDA GPU here")
     assert "tensor-level peak 512.0 MiB (3.1% of its memory)" in text  # 0.5 of 16 GiB
 
@@ -189,7 +196,7 @@ def test_memory_stats_on_a_gpu_read_reserved_and_the_card(monkeypatch):
     monkeypatch.setattr(hardware, "device_name", lambda: "NVIDIA T4")
     monkeypatch.setattr(hardware, "total_memory_bytes", lambda: 16 * 2**30)
     m = measurement(peak_bytes=2**30, cuda_max_allocated=4 * 2**30, cuda_max_reserved=8 * 2**30)
-    text = after.format_memory_stats(after.memory_stats(m))
+    text = folded(after.format_memory_stats(after.memory_stats(m)))
     assert "GPU = NVIDIA T4. Max memory = 16.00 GiB." in text
     assert "2.00 GiB reserved (12.5% of the card)" in text
     assert "The card now: 4.00 GiB used" in text

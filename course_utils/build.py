@@ -5,14 +5,12 @@ trl and bitsandbytes, with their current APIs. When those libraries move, this f
 from __future__ import annotations
 
 import contextlib
-import math
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .hardware import HardwareError, apply_profile, bitsandbytes_status, device_type, resolve_precision
-from .lessons import needs_4bit_here, releases_memory
 from .models import no_progress_bars
 from .recipe import Recipe, RecipeError
 
@@ -366,120 +364,3 @@ def check_packed(recipe: Recipe, sequences: int) -> None:
             f"The training data packs into {sequences} sequences of {recipe.max_seq_length} tokens, fewer than "
             f"one micro-batch of {recipe.micro_batch}. Use micro_batch <= {sequences}, or a shorter max_seq_length.")
 
-
-@releases_memory
-def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
-                                   seq: int = 64) -> tuple[int, int, str]:
-    """One forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
-    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
-    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
-    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
-    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
-    import warnings
-
-    import torch
-    from peft import get_peft_model
-
-    recipe = Recipe(model=model, gradient_checkpointing=True)
-    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
-    set_seed_all(recipe.seed)
-    peft_model = get_peft_model(loaded, lora_config(recipe))
-    inner = peft_model.get_base_model()
-    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
-    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
-        inner.disable_input_require_grads()
-    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
-    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
-        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
-        try:
-            loss.backward()
-            error = ""
-        except RuntimeError as exc:  # what a learner's Trainer shows
-            error = f"RuntimeError: {str(exc).splitlines()[0]}"
-    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
-    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
-    return with_grad, len(lora), error
-
-
-def set_seed_all(seed: int) -> None:
-    """Seed python, numpy and torch (transformers' set_seed)."""
-    from transformers import set_seed
-
-    set_seed(seed)
-
-
-@releases_memory
-def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, seq: int = 64) -> tuple[bool, float]:
-    """Gradients of one batch of micro_batch x grad_accum sequences, computed whole and computed by
-    accumulation over micro-batches of `micro_batch`: (equal within 1e-5 relative, largest relative gap)."""
-    import torch
-    from peft import get_peft_model
-    recipe = Recipe(model=model)
-    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
-    set_seed_all(recipe.seed)
-    peft_model = get_peft_model(loaded, lora_config(recipe))
-    peft_model.eval()  # no dropout: the two ways must see the same function
-    batch = micro_batch * grad_accum
-    ids = torch.randint(0, loaded.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(loaded.device)
-    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
-
-    def grads() -> list:
-        out = [p.grad.detach().clone() for p in lora]
-        peft_model.zero_grad(set_to_none=True)
-        return out
-
-    peft_model(input_ids=ids, labels=ids).loss.backward()  # the whole batch at once
-    whole = grads()
-    for chunk in ids.split(micro_batch):  # the same batch, accumulated: each loss / grad_accum
-        (peft_model(input_ids=chunk, labels=chunk).loss / grad_accum).backward()
-    accumulated = grads()
-    gap = max(((a - w).norm() / w.norm().clamp(min=1e-12)).item() for a, w in zip(accumulated, whole))
-    return gap < 1e-5, gap
-
-
-def weight_storage(model) -> list[dict]:
-    """Every weight tensor of a model: its name, how it is stored, how many parameters it holds,
-    and its bytes (4-bit weights with their quantization state: scales, nested scales, code tables)."""
-    from .memtrack import _quant_state_tensors, tensor_bytes
-
-    rows = []
-    for name, p in model.named_parameters():
-        qs = getattr(p, "quant_state", None)
-        if qs is not None:
-            numel = math.prod(qs.shape)
-            rows.append(dict(name=name, stored=f"4-bit {qs.quant_type}" + (" +DQ" if qs.nested else ""),
-                             params=numel, bytes=tensor_bytes([p] + _quant_state_tensors(qs))))
-        else:
-            rows.append(dict(name=name, stored=str(p.dtype).replace("torch.", ""), params=p.numel(),
-                             bytes=p.numel() * p.element_size()))
-    return rows
-
-
-def weight_groups(model) -> dict[str, dict]:
-    """weight_storage() summed by what the weights are: quantized linear layers, LoRA, embeddings,
-    the output layer, norms. Each group: parameters, bytes, how stored, bits per parameter."""
-    groups: dict[str, dict] = {}
-    for row in weight_storage(model):
-        name = row["name"]
-        group = ("LoRA adapters" if "lora_" in name else "embeddings" if "embed" in name
-                 else "lm_head (output layer)" if "lm_head" in name else "norms" if "norm" in name
-                 else "linear layers")
-        g = groups.setdefault(group, dict(params=0, bytes=0, stored=set()))
-        g["params"] += row["params"]
-        g["bytes"] += row["bytes"]
-        g["stored"].add(row["stored"])
-    for g in groups.values():
-        g["stored"] = ", ".join(sorted(g["stored"]))
-        g["bits_per_param"] = 8 * g["bytes"] / g["params"]
-    return groups
-
-
-def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
-    """Load a model as a recipe would (quantization included), without LoRA or a trainer."""
-    recipe = Recipe(model=model, load_in_4bit=load_in_4bit, double_quant=double_quant, precision=precision)
-    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
-        loaded, _ = load_model(recipe, check_hardware(recipe))
-    return loaded

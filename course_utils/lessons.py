@@ -10,6 +10,7 @@ import functools
 from .hardware import release_memory
 from .recipe import Recipe
 from .tables import wrap
+from .units import GiB, MiB
 
 
 def releases_memory(fn):
@@ -29,7 +30,7 @@ def weights_of(model: str, load_in_4bit: bool = False, double_quant: bool = True
     """Notebook 00 and 05: the model's weights by group (parameters, bytes, how stored, bits per parameter).
     4-bit weights are loaded and counted as stored; full-precision weights are counted on a weightless
     (meta) copy in the dtype a recipe loads them in (fp32), so an 8B model needs no 32 GB to count."""
-    from .build import weight_groups
+    from .lessons_quant import quantized_weights, weight_groups
 
     if load_in_4bit:
         return quantized_weights(model, double_quant)[0]
@@ -57,52 +58,9 @@ def needs_4bit_here(model: str) -> bool:
     needed = 1.2 * weights
     if needed <= available_bytes():
         return False
-    print(wrap(f"({model} in fp32 needs about {needed / 2**30:.1f} GiB, more than this card leaves this process "
-               f"({available_bytes() / 2**30:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)"))
+    print(wrap(f"({model} in fp32 needs about {needed / GiB:.1f} GiB, more than this card leaves this process "
+               f"({available_bytes() / GiB:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)"))
     return True
-
-
-@releases_memory
-def quantized_weights(model: str, double_quant: bool = True) -> tuple[dict[str, dict], dict]:
-    """Notebook 05: the 4-bit model's weights by group, and its biggest 4-bit weight (name, parameters,
-    bytes), from one load."""
-    from .build import load_for_inspection, weight_groups, weight_storage
-
-    loaded = load_for_inspection(model, load_in_4bit=True, double_quant=double_quant)
-    rows = weight_storage(loaded)
-    return weight_groups(loaded), max((r for r in rows if r["stored"].startswith("4-bit")), key=lambda r: r["params"])
-
-
-def half_precision() -> str:
-    """The 16-bit type this machine trains in: bf16 where it is native, fp16 on a GPU without it (a T4),
-    and bf16 on a CPU (only to see bytes move, as notebook 05 does)."""
-    from .hardware import bf16_supported, device_type
-
-    return "bf16" if bf16_supported() or device_type() == "cpu" else "fp16"
-
-
-@releases_memory
-def upcast_demo(model: str) -> tuple[dict, dict, str]:
-    """Notebook 05: a 4-bit model loaded in this machine's 16-bit type, its weights by group before and
-    after peft's prepare_model_for_kbit_training, and that 16-bit type's name."""
-    import torch
-    from peft import prepare_model_for_kbit_training
-
-    from .build import load_for_inspection, weight_groups
-    from .hardware import HardwareError, resolve_precision
-
-    half = half_precision()
-    try:
-        loaded = load_for_inspection(model, load_in_4bit=True, precision=resolve_precision(half))
-    except HardwareError:  # a CPU without native bf16: load in fp32, then cast, just to see the bytes
-        loaded = load_for_inspection(model, load_in_4bit=True, precision="fp32")
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[half]
-    for p in loaded.parameters():
-        if p.dtype == torch.float32:
-            p.data = p.data.to(dtype)
-    before = weight_groups(loaded)
-    prepare_model_for_kbit_training(loaded, use_gradient_checkpointing=False)
-    return before, weight_groups(loaded), half
 
 
 def lora_trainable(model: str, recipe: Recipe) -> dict[str, int]:
@@ -161,3 +119,146 @@ def growth(measurements, category: str) -> str:
     a point that did not fit has no figure and is left out."""
     values = [m.peak_by_category[category] for m in measurements if m.fits]
     return " ".join(f"x{b / a:.2f}" for a, b in zip(values, values[1:]))
+
+
+def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
+    """Notebooks 00, 01, 02 and 05: load a model as a recipe would (quantization included), without LoRA
+    or a trainer."""
+    from .build import check_hardware, load_model
+    from .models import no_progress_bars
+
+    recipe = Recipe(model=model, load_in_4bit=load_in_4bit, double_quant=double_quant, precision=precision)
+    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
+        loaded, _ = load_model(recipe, check_hardware(recipe))
+    return loaded
+
+
+@releases_memory
+def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
+                                   seq: int = 64) -> tuple[int, int, str]:
+    """Notebook 01: one forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
+    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
+    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
+    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
+    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
+    import warnings
+
+    import torch
+    from peft import get_peft_model
+
+    from .build import lora_config
+
+    recipe = Recipe(model=model, gradient_checkpointing=True)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
+    set_seed_all(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    inner = peft_model.get_base_model()
+    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
+        inner.disable_input_require_grads()
+    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
+    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
+        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
+        try:
+            loss.backward()
+            error = ""
+        except RuntimeError as exc:  # what a learner's Trainer shows
+            error = f"RuntimeError: {str(exc).splitlines()[0]}"
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
+    return with_grad, len(lora), error
+
+
+def set_seed_all(seed: int) -> None:
+    """Notebooks 01 and 02: seed python, numpy and torch (transformers' set_seed)."""
+    from transformers import set_seed
+
+    set_seed(seed)
+
+
+@releases_memory
+def accumulated_gradients_match(model: str, micro_batch: int, grad_accum: int, seq: int = 64) -> tuple[bool, float]:
+    """Notebook 02: gradients of one batch of micro_batch x grad_accum sequences, computed whole and computed by
+    accumulation over micro-batches of `micro_batch`: (equal within 1e-5 relative, largest relative gap)."""
+    import torch
+    from peft import get_peft_model
+
+    from .build import lora_config
+    recipe = Recipe(model=model)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
+    set_seed_all(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    peft_model.eval()  # no dropout: the two ways must see the same function
+    batch = micro_batch * grad_accum
+    ids = torch.randint(0, loaded.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(loaded.device)
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+
+    def grads() -> list:
+        out = [p.grad.detach().clone() for p in lora]
+        peft_model.zero_grad(set_to_none=True)
+        return out
+
+    peft_model(input_ids=ids, labels=ids).loss.backward()  # the whole batch at once
+    whole = grads()
+    for chunk in ids.split(micro_batch):  # the same batch, accumulated: each loss / grad_accum
+        (peft_model(input_ids=chunk, labels=chunk).loss / grad_accum).backward()
+    accumulated = grads()
+    gap = max(((a - w).norm() / w.norm().clamp(min=1e-12)).item() for a, w in zip(accumulated, whole))
+    return gap < 1e-5, gap
+
+
+def trainable_table(model: str, recipe: Recipe):
+    """Notebook 00: what a full fine-tune and the recipe's LoRA train (parameters, share of the model) and
+    the fp32 gradients and AdamW state that costs: a tables.Table, counted by lora_trainable."""
+    from .tables import Column, Table
+
+    counts = lora_trainable(model, recipe)
+    total = counts["all"]
+    trained = (("full fine-tune", total), (f"LoRA r={recipe.lora_r} on {'/'.join(recipe.lora_targets)}", counts["lora"]))
+    return Table([Column("what is trained", wrap=True), Column("trainable", fmt=",d"), Column("share", fmt=".2%"),
+                  Column("gradients", "MiB", ".2f"), Column("AdamW state", "MiB", ".2f")],
+                 [(what, n, n / total, n * 4 / MiB, n * 8 / MiB) for what, n in trained],
+                 notes=["gradients: 4 B (fp32) per trainable parameter; AdamW state: exp_avg and exp_avg_sq, "
+                        "2 x 4 B each."])
+
+
+def checkpointed_inputs(model: str, recipe: Recipe) -> str:
+    """Notebook 01: what checkpointing keeps, from the model's config: one layer's input (micro-batch x
+    sequence x hidden size, fp32) and that for every layer."""
+    from transformers import AutoConfig
+
+    from .models import resolve_model
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
+    hidden, layers = config.hidden_size, config.num_hidden_layers
+    per_layer = recipe.micro_batch * recipe.max_seq_length * hidden * 4  # fp32: 4 bytes per number
+    return (f"one layer's input: {recipe.micro_batch} x {recipe.max_seq_length} x {hidden} x 4 B = "
+            f"{per_layer / MiB:.2f} MiB\nkept with checkpointing, {layers} layers: {layers * per_layer / MiB:.2f} MiB")
+
+
+def optimizer_states(model: str, recipe: Recipe) -> str:
+    """Notebook 03: AdamW's state (2 x 4 B a trainable parameter) against 8-bit AdamW's (about 2 x 1 B) for
+    the recipe's LoRA and a full fine-tune, and with the embedding kept at 32-bit as bitsandbytes does."""
+    counts = lora_trainable(model, recipe)  # counted on a weightless (meta) copy of the model
+    every, lora, embedding = counts["all"], counts["lora"], counts["embedding"]
+    adapted = "/".join(t.removesuffix("_proj") for t in recipe.lora_targets)
+    lines = [f"{what:22} {n:>12,} trainable: AdamW {n * 8 / MiB:8.2f} MiB, 8-bit AdamW about {n * 2 / MiB:7.2f} MiB"
+             for what, n in ((f"LoRA r={recipe.lora_r} on {adapted}", lora), ("full fine-tune", every))]
+    eight_bit = (every - embedding) * 2 + embedding * 8
+    return "\n".join(lines + [f"full fine-tune, embedding ({embedding:,}) kept at 32-bit: 8-bit AdamW about "
+                              f"{eight_bit / MiB:.2f} MiB"])
+
+
+def precision_points(measured: list, skipped: dict) -> list:
+    """Notebook 04: the ladder's rungs that ran, and on a CPU with native bf16 the last of them again in
+    bf16 (precision='auto' is fp32 on a CPU, so the ladder alone shows no 16-bit bytes there)."""
+    from .hardware import bf16_supported, device_type
+    from .measure import measure
+
+    shown = [m for i, m in enumerate(measured) if i not in skipped]
+    if device_type() == "cpu" and bf16_supported():
+        shown.append(measure(shown[-1].recipe_obj.with_(precision="bf16", label="bf16 (this CPU, for the bytes)")))
+    return shown

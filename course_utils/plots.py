@@ -63,7 +63,7 @@ class Series:
 
 def peak_gib(m: Measurement) -> float:
     """The peak to plot, in GiB: CUDA's max allocated where we have it, else the tensor-level peak."""
-    return (m.cuda_max_allocated or m.peak_bytes) / GiB
+    return m.peak_gib
 
 
 def letters(i: int) -> str:

@@ -24,8 +24,8 @@ from typing import Any
 from .models import _file_lock
 from .recipe import Recipe
 from .tables import Column, Flagged, Note, Table, wrap
+from .units import GiB, MiB
 
-MiB = 1024**2
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
 NOISY_SPREAD = 0.25  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
@@ -104,6 +104,11 @@ class Measurement:
         """Peak bytes of one category (or 'peak'), in MiB."""
         value = self.peak_bytes if category == "peak" else self.peak_by_category.get(category, 0)
         return value / MiB
+
+    @property
+    def peak_gib(self) -> float:
+        """The peak to show, in GiB: CUDA's max allocated on a GPU run, else the tensor-level peak."""
+        return (self.cuda_max_allocated or self.peak_bytes) / GiB
 
     def to_json(self) -> str:
         """One JSON line (without the 'cached' flag)."""

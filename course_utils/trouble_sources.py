@@ -338,7 +338,7 @@ def llama_on_cpu_notice() -> str:
 # --- training -------------------------------------------------------------------------------------
 def reentrant_error() -> str:
     """loss.backward()'s error under reentrant checkpointing with LoRA and no input gradients (the tiny model)."""
-    from .build import lora_grads_under_checkpointing
+    from .lessons import lora_grads_under_checkpointing
 
     return lora_grads_under_checkpointing("tiny", use_reentrant=True, input_grads=False)[2]
 

@@ -291,7 +291,7 @@ ENTRIES: tuple[Entry, ...] = (
         "Your own training loop or `Trainer`, with LoRA and reentrant gradient checkpointing "
         "(`use_reentrant=True`). Notebook 01 shows it on purpose.",
         (Produced("The first `loss.backward()` (a `Trainer` calls it) stops with:", S.reentrant_error,
-                  "`course_utils.build.lora_grads_under_checkpointing('tiny', use_reentrant=True, input_grads=False)`: "
+                  "`course_utils.lessons.lora_grads_under_checkpointing('tiny', use_reentrant=True, input_grads=False)`: "
                   "one forward and backward of the tiny model"),
          Library("Before it, on the forward pass, torch warns:", "torch", "utils/checkpoint.py",
                  ("None of the inputs have requires_grad=True. Gradients will be None",),

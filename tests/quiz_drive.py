@@ -50,7 +50,7 @@ def learner_session(bank: str = BANK) -> dict:
     Returns what the learner sees, as plain data (it crosses a process boundary as JSON)."""
     import ipywidgets
 
-    from course_utils.notebook import checklist_widget
+    from course_utils.checklist import checklist_widget
     from course_utils.quiz import make_quiz
     from course_utils.recipe import Recipe
 

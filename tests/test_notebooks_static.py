@@ -84,6 +84,43 @@ def test_no_widget_state_and_no_absolute_paths(path):
             assert not match, f"{path.name}: absolute path in an output: {match.group(0)}"
 
 
+# --- thin notebooks: the logic lives in course_utils (lessons, lessons_quant, lessons_closing, checklist) ---
+MAX_CELL_LINES = 15
+SCRIPT_CELL = "# The source chapter's complete script"  # notebook 07 shows the chapter's script whole
+
+
+def _thick_cells(nb: dict) -> list[str]:
+    """What makes a notebook's code cells too thick: a function or class defined in a cell, and a cell
+    over MAX_CELL_LINES lines other than the setup cell (the first) and the chapter's script."""
+    problems = []
+    for i, source in enumerate(_code_cells(nb)):
+        defined = [node.name for node in ast.walk(ast.parse(source))
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+        if defined:
+            problems.append(f"code cell {i} defines {', '.join(defined)}: move it into course_utils")
+        lines = len(source.splitlines())
+        if i > 0 and not source.startswith(SCRIPT_CELL) and lines > MAX_CELL_LINES:
+            problems.append(f"code cell {i} has {lines} lines (at most {MAX_CELL_LINES}): move its logic into "
+                            "a course_utils function the cell calls")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_cells_are_thin(path):
+    problems = _thick_cells(_load(path))
+    assert not problems, f"{path.name}: " + "; ".join(problems)
+
+
+def test_thin_cell_rule_catches_a_def_and_a_long_cell():
+    cell = lambda source: {"cell_type": "code", "source": source}  # noqa: E731
+    long = "\n".join(f"x{i} = {i}" for i in range(MAX_CELL_LINES + 1))
+    nb = {"cells": [cell(long), cell("def f():\n    return 1"), cell(long), cell(f"{SCRIPT_CELL}\n{long}")]}
+    assert _thick_cells(nb) == [
+        "code cell 1 defines f: move it into course_utils",
+        f"code cell 2 has {MAX_CELL_LINES + 1} lines (at most {MAX_CELL_LINES}): move its logic into a "
+        "course_utils function the cell calls"]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_committed_executed_with_a_checked_cell(path):
     nb = _load(path)
@@ -328,7 +365,7 @@ def test_static_quiz_copies_give_no_answer_away(path):
 
 def test_checklist_cells_show_their_state_statically():
     """The checklist widget's committed output shows each item, ticked or not, as Markdown and text."""
-    from course_utils.notebook import CHECKLIST
+    from course_utils.checklist import CHECKLIST
     from course_utils.static_copy import md_escape
 
     cells = [(path, c) for path in NOTEBOOKS for c in _load(path)["cells"]

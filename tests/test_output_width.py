@@ -156,7 +156,8 @@ def test_reference_provenance_fits_and_keeps_run_ids_whole():
 def test_helpers_prose_fits():
     from course_utils.estimate import estimate, expected_memory_table, format_expected_table
     from course_utils.lessons import paging
-    from course_utils.notebook import base_recipe_for, check_recipe
+    from course_utils.checklist import check_recipe
+    from course_utils.notebook import base_recipe_for
     from course_utils.recipe import source_chapter_recipe
 
     texts = [format_expected_table(expected_memory_table()), paging(),

@@ -18,7 +18,7 @@ from course_utils.static_copy import WIDGET_VIEW, md_escape
 from quiz_drive import checklist_parts
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKLIST_CELL = ("from course_utils.notebook import checklist_widget\n"
+CHECKLIST_CELL = ("from course_utils.checklist import checklist_widget\n"
                   "from course_utils.recipe import source_chapter_recipe\n"
                   "checklist_widget(source_chapter_recipe('llama-3.1-8b'), hardware='t4')")
 
@@ -26,7 +26,7 @@ CHECKLIST_CELL = ("from course_utils.notebook import checklist_widget\n"
 # --- the checklist's bundle ----------------------------------------------------------------------
 def test_checklist_display_carries_its_state_as_markdown_and_text():
     """The checklist's bundle: the widget view and, for static views, its state when displayed."""
-    from course_utils.notebook import CHECKLIST, check_recipe, checklist_widget
+    from course_utils.checklist import CHECKLIST, check_recipe, checklist_widget
     from course_utils.recipe import source_chapter_recipe
 
     chapter = source_chapter_recipe("llama-3.1-8b")
@@ -131,7 +131,7 @@ def test_executed_notebook_renders_the_quiz_and_checklist_statically(tmp_path):
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
-    from course_utils.notebook import CHECKLIST
+    from course_utils.checklist import CHECKLIST
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("from course_utils.quiz import show_quiz\nshow_quiz('05_qlora_4bit')"),

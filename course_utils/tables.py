@@ -1,6 +1,6 @@
 """How the course shows tables and text: one home for the width and the look of every table.
 
-A `Table` is columns and rows. Jupyter shows it as an HTML table (a pandas Styler: no index, numbers
+A `Table` is columns and rows. Jupyter shows it as an HTML table (no index, numbers
 right-aligned, units in the header); a terminal, `print` and the `course` command get plain text of at
 most WIDTH characters a line: columns fitted to their contents, long names (recipes) wrapped onto more
 lines, and, when even that cannot fit, one block per row. `to_frame()` gives the numbers as a pandas
@@ -13,7 +13,6 @@ DataFrame to work with.
 
 from __future__ import annotations
 
-import hashlib
 import html
 import math
 import re
@@ -284,29 +283,28 @@ class Table:
         return pd.DataFrame(records, columns=[c.label for c in self.columns] + ([NOTE] if noted else []))
 
     def _repr_html_(self) -> str:
-        """Jupyter's view: title, an HTML table (values as the text form writes them) and notes. Its element
-        id comes from the table's content, so the same table gives the same HTML (nbval compares it)."""
-        import pandas as pd
-        from pandas.io.formats.style import Styler
-
+        """Jupyter's view: title, an HTML table (values as the text form writes them) and notes. Written here,
+        not by pandas' Styler, so that the same table gives the same HTML with any pandas (nbval compares it)."""
         noted = any(isinstance(r[-1], Note) for r in self.rows)
-        shown = []
+        columns = self.columns + [Column(NOTE, wrap=True)] * noted
+        pad = "padding: 2px 8px; vertical-align: top; "
+
+        def style(c: Column, head: bool) -> str:
+            if c.right:
+                return pad + "text-align: right" + ("" if head else "; white-space: nowrap")
+            return pad + "text-align: left" + ("; white-space: normal; min-width: 14em" if c.wrap else
+                                               "" if head else "; white-space: nowrap")
+
+        head = "".join(f"<th style='{style(c, True)}'>{html.escape(c.label)}</th>" for c in columns)
+        body = []
         for row in self.rows:
             cells = self._cells(row)
             note = cells.pop() if isinstance(row[-1], Note) else ""
-            cells += [""] * (len(self.columns) - len(cells))
-            shown.append(cells + ([note] if noted else []))
-        labels = [c.label for c in self.columns] + ([NOTE] if noted else [])
-        frame = pd.DataFrame(shown, columns=labels)
-        uuid = "course_" + hashlib.sha1(self.text().encode()).hexdigest()[:10]
-        # numbers right-aligned on one line; headers may break; text columns left, wrapped ones kept readable
-        styles = [{"selector": "td, th", "props": "padding: 2px 8px; vertical-align: top; text-align: right"},
-                  {"selector": "td", "props": "white-space: nowrap"}]
-        styles += [{"selector": f"td.col{k}, th.col{k}",
-                    "props": "text-align: left" + ("; white-space: normal; min-width: 14em" if c.wrap else "")}
-                   for k, c in enumerate(self.columns + [Column(NOTE, wrap=True)] * noted) if not c.right]
-        styler = Styler(frame, uuid=uuid, cell_ids=False).format(escape="html").hide(axis="index")
-        table = styler.set_table_styles(styles).to_html()
+            cells += [""] * (len(self.columns) - len(cells)) + ([note] if noted else [])
+            body.append("<tr>" + "".join(f"<td style='{style(c, False)}'>{html.escape(str(v))}</td>"
+                                         for c, v in zip(columns, cells)) + "</tr>")
+        table = (f"<table style='border-collapse: collapse'><thead><tr>{head}</tr></thead>"
+                 f"<tbody>{''.join(body)}</tbody></table>")
         title = "".join(f"<p style='margin:4px 0'>{html.escape(t)}</p>" for t in self.title.split("\n") if t)
         notes = "".join(f"<p style='margin:2px 0; font-size:90%'>{html.escape(n)}</p>" for n in self.notes)
         return f"<div class='course-table'>{title}{table}{notes}</div>"

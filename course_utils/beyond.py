@@ -125,29 +125,30 @@ def why_not_here(recipe: Recipe) -> str | None:
 
 
 def run_path(model: str, *, store=None, progress: bool = True) -> tuple[list, dict[int, str]]:
-    """Measure path_here(model): (measurements, {position: why skipped}). A change this machine cannot
-    make is skipped, and the recipes after it are measured without it (its knob turned off)."""
-    from tqdm.auto import tqdm
+    """Measure path_here(model): (a measurement per recipe, None where skipped; {position: why skipped}).
+    A change this machine cannot make is skipped, and the recipes after it are measured without it."""
+    from . import measure
 
-    from .measure import measure
+    recipes, skip = path_runnable(model)
+    results = measure.measure_all(recipes, store=store, progress=progress, isolate=None, skip=skip,
+                                  desc="beyond the recipe")
+    return [o.measurement for o in results], results.skipped
 
-    results, skipped = [], {}
-    dropped: dict = {}
-    recipes = path_here(model)
-    for i, recipe in enumerate(tqdm(recipes, desc="beyond the recipe", unit="recipe", disable=not progress)):
+
+def path_runnable(model: str) -> tuple[list[Recipe], dict[int, str]]:
+    """path_here(model) as it runs here, and {position: why} for the changes this machine cannot make
+    (why_not_here); the recipes after such a change have its knob turned off."""
+    recipes, skip, dropped = [], {}, {}
+    for i, recipe in enumerate(path_here(model)):
         recipe = recipe.with_(**dropped, label=recipe.label)
         why = why_not_here(recipe)
         if why is not None:
-            skipped[i] = why
+            skip[i] = why
             for knob in ("liger_kernels", "offload_activations", "offload_embeddings"):
                 if getattr(recipe, knob) and why_not_here(recipe.with_(**{knob: False})) != why:
                     dropped[knob] = False
-            results.append(None)
-            continue
-        m = measure(recipe, store=store, progress=progress, isolate=None)
-        m.recipe["label"] = recipe.label
-        results.append(m)
-    return results, skipped
+        recipes.append(recipe)
+    return recipes, skip
 
 
 # ---------------------------------------------------------------------------------------------

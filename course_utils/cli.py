@@ -27,10 +27,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from .measure import run_ladder
+    from .measure import ladder_here, measure_all
     from .plots import ladder_figure
     from .recipe import Recipe
-    from .results import ResultStore, default_store, describe_change, format_table, reference_results
+    from .results import ResultStore, default_store, describe_change, reference_results
 
     if args.profile:  # the profile reaches every measuring child through the environment
         import os
@@ -50,28 +50,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
-    results, skipped = run_ladder(base, store=store, force=args.force, progress=not args.no_progress, isolate=True)
-    env = results[0].env
+    rungs, same = ladder_here(base)
+    results = measure_all(rungs, store=store, force=args.force, progress=not args.no_progress, isolate=True,
+                          skip=same, desc="ladder")
+    measured = results.measured
+    env = measured[0].env
     print(f"\nDevice: {env['device']}; torch {env['versions']['torch']}, transformers "
           f"{env['versions']['transformers']}, peft {env['versions']['peft']}, trl {env['versions']['trl']}, "
           f"bitsandbytes {env['versions']['bitsandbytes']}")
     print("Peak memory by category (tensor-level tracking, steady state after warm-up):\n")
-    print(format_table(results, skipped))
+    print(results.table())
     print("\nWhat each technique changed:")
-    for i in range(1, len(results)):
-        if i not in skipped:
-            prev = max(j for j in range(i) if j not in skipped)
-            print("  " + describe_change(results[prev], results[i]))
-    cached = sum(1 for i, m in enumerate(results) if m.cached and i not in skipped)
+    for before, after in zip(measured, measured[1:]):
+        print("  " + describe_change(before, after))
+    cached = sum(1 for m in measured if m.cached)
     if cached:
         print(f"\n({cached} of the rungs came from the results store; --force re-measures them.)")
 
     with open(out / "ladder.jsonl", "w") as fh:
-        for i, m in enumerate(results):
-            if i not in skipped:
-                fh.write(m.to_json() + "\n")
+        for m in measured:
+            fh.write(m.to_json() + "\n")
     reference = [m for m in reference_results() if m.recipe.get("model") == args.model]
-    ladder_figure([m for i, m in enumerate(results) if i not in skipped], reference, path=out / "ladder.png")
+    ladder_figure(measured, reference, path=out / "ladder.png")
     print(f"\nWrote {out / 'ladder.jsonl'} and {out / 'ladder.png'} in {time.perf_counter() - started:.0f} s.")
     return 0
 

@@ -92,22 +92,20 @@ def selected(args) -> list[Recipe]:
 
 def measure_ours(recipes: list[Recipe], store, timeout: float | None) -> list:
     """Each recipe in a fresh process (course_utils.measure), in order; a failed run is reported and skipped."""
-    from course_utils.measure import MeasurementError, measure
+    from course_utils.measure import measure_all
 
-    done = []
-    for i, recipe in enumerate(recipes, 1):
-        t = time.perf_counter()
-        try:
-            m = measure(recipe, store=store, progress=False, timeout_s=timeout)
-        except MeasurementError as exc:
-            print(f"[{i}/{len(recipes)}] {recipe.label}: FAILED {str(exc)[-1500:]}", flush=True)
-            continue
-        m.recipe["label"] = recipe.label
-        done.append(m)
+    def said(results) -> None:
+        o, at = results[-1], f"[{len(results)}/{len(recipes)}] {results[-1].label}"
+        if o.measurement is None:
+            print(f"{at}: FAILED {o.skipped.removeprefix('failed: ')[-1500:]}", flush=True)
+            return
+        m = o.measurement
         alloc = (m.cuda_max_allocated or 0) / beyond.GiB
-        print(f"[{i}/{len(recipes)}] {recipe.label}: {m.status}, {alloc:.2f} GiB allocated, "
-              f"{m.tokens_per_s or 0:.0f} tokens/s, {time.perf_counter() - t:.0f} s  {m.notes}", flush=True)
-    return done
+        print(f"{at}: {m.status}, {alloc:.2f} GiB allocated, {m.tokens_per_s or 0:.0f} tokens/s, {o.seconds:.0f} s  "
+              f"{m.notes}", flush=True)
+
+    return measure_all(recipes, store=store, progress=False, isolate=True, timeout_s=timeout, keep_going=True,
+                       after_each=said).measured
 
 
 def peer_command(name: str, args, model_dir: Path, micro_batch: int, grad_accum: int) -> list[str]:
@@ -160,11 +158,10 @@ def peer_runs(args, run_id: str | None) -> list:
 
 def stored_runs(store, recipes: list[Recipe]) -> list:
     """The latest stored run of each recipe, labelled as the set labels it."""
+    from course_utils.measure import _as_asked
+
     stored = {m.recipe_key: m for m in store.load()}
-    done = [stored[r.key] for r in recipes if r.key in stored]
-    for m, r in zip(done, [r for r in recipes if r.key in stored]):
-        m.recipe["label"] = r.label
-    return done
+    return [_as_asked(stored[r.key], r) for r in recipes if r.key in stored]
 
 
 def report(args, done: list, peers: list) -> None:

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.hardware == "t4" and "T4" not in torch.cuda.get_device_name(0):
             print(f"note: --hardware t4 on {torch.cuda.get_device_name(0)}: fp16 runs here, but with this GPU's "
                   "attention kernels; only a T4 checks the T4 plan exactly.")
-    from course_utils.measure import measure
+    from course_utils.measure import measure_all
     from course_utils.results import ResultStore
 
     store = ResultStore(args.out)
@@ -83,9 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<33}{'':<100}{'(GiB)':>9}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>10}")
     for budget in budgets:
         print(f"budget {budget / GiB:.2f} GiB on {hw.short}, {args.model}, sequence {args.seq}:")
-        for role, recipe in recipes_to_check(args.model, budget, args.seq, args.hardware):
-            m = None if args.dry_run else measure(recipe, store=store, progress=False)
-            print(report_line(role, recipe, m, args.hardware, budget), flush=True)
+        roles, recipes = zip(*recipes_to_check(args.model, budget, args.seq, args.hardware))
+
+        def said(done) -> None:  # each row as soon as its recipe is measured (with --dry-run: none is)
+            o = done[-1]
+            print(report_line(roles[len(done) - 1], o.recipe, o.measurement, args.hardware, budget), flush=True)
+
+        measure_all(recipes, store=store, progress=False, isolate=True, after_each=said,
+                    skip=dict.fromkeys(range(len(recipes)), "--dry-run") if args.dry_run else None)
     return 0
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from course_utils.measure import measure
+from course_utils.measure import measure_all
 from course_utils.models import preset_path
 from course_utils.recipe import source_chapter_recipe
-from course_utils.results import ResultStore, format_table
+from course_utils.results import ResultStore
 
 VARIANTS = {
     "mb16": dict(micro_batch=16, grad_accum=1, label="source recipe at micro-batch 16"),
@@ -32,12 +32,12 @@ def main() -> None:
     base = source_chapter_recipe(args.model).with_(steps=args.steps, warmup_steps=1, label="source chapter recipe")
     recipes = [base] + [base.with_(**VARIANTS[v]) for v in args.variants.split(",") if v]
     store = ResultStore(args.store)
-    results = []
-    for r in recipes:
-        t = time.perf_counter()
-        results.append(measure(r, store=store, progress=False))
-        print(f"{r.name}: {time.perf_counter() - t:.0f} s", flush=True)
-        print(format_table(results), flush=True)
+
+    def said(results) -> None:
+        print(f"{results[-1].label}: {results[-1].seconds:.0f} s", flush=True)
+        print(results.table(), flush=True)
+
+    measure_all(recipes, store=store, progress=False, isolate=True, after_each=said)
 
 
 if __name__ == "__main__":

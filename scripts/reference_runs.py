@@ -14,10 +14,10 @@ import os
 import sys
 import time
 
-from course_utils.measure import RUN_ID_ENV, measure
+from course_utils.measure import RUN_ID_ENV, measure_all
 from course_utils.models import preset_path
 from course_utils.recipe import Recipe, source_chapter_recipe
-from course_utils.results import ResultStore, format_table
+from course_utils.results import ResultStore
 
 
 def reference_set(model: str, steps: int) -> list[Recipe]:
@@ -92,14 +92,13 @@ def main() -> int:
                   file=sys.stderr)
             return 2
         recipes = [r for r in recipes if r.label in args.only]
-    done = []
-    for recipe in recipes:
-        t = time.perf_counter()
-        m = measure(recipe, store=store, progress=False)
-        m.recipe["label"] = recipe.label
-        done.append(m)
-        print(f"[{len(done)}/{len(recipes)}] {recipe.label}: {m.status}, {time.perf_counter() - t:.0f} s", flush=True)
-    print(format_table(done))
+
+    def said(results) -> None:
+        o = results[-1]
+        print(f"[{len(results)}/{len(recipes)}] {o.label}: {o.measurement.status}, {o.seconds:.0f} s", flush=True)
+
+    results = measure_all(recipes, store=store, progress=False, isolate=True, after_each=said)
+    print(results.table())
     return 0
 
 

@@ -56,9 +56,13 @@ def test_measure_again_is_cached_without_a_new_process(baseline_measurement, sha
         raise AssertionError("a stored result must not be measured again")
 
     monkeypatch.setattr(measure_mod, "_run_child", no_child)
+    # a speed from a busy machine would be measured again (tests/test_preflight.py): not what this test is about
+    monkeypatch.setattr(Measurement, "noisy", property(lambda self: False))
     again = measure(cli_baseline_recipe.with_(label="another label"), store=shared_store, progress=False)
     assert again.cached is True
-    assert again == baseline_measurement
+    assert again.label == "another label"  # the asked recipe's label, not the one it was stored with
+    assert dataclasses.replace(again, recipe=baseline_measurement.recipe) == baseline_measurement
+    assert shared_store.find(cli_baseline_recipe, again.env_key).label == baseline_measurement.label
 
 
 @pytest.mark.slow
@@ -209,3 +213,88 @@ def test_run_here_reports_a_budget_overrun_as_does_not_fit(tiny_model):
     m = run_here(BASE, budget_gib=0.01)
     assert m.status == "does_not_fit"
     assert "BudgetExceeded" in m.error and "simulated budget 0.01 GiB" in m.error
+
+
+# --- measure_all: the one driver (measure() stubbed: no training) -------------------------------------
+
+
+def _stub(recipe: Recipe, **how) -> Measurement:
+    """What measure() would return for `recipe`: a result whose peak is its sequence length."""
+    return Measurement(recipe={**recipe.to_dict(), "label": "stored under another label"}, recipe_key=recipe.key,
+                       env={"device": "cpu"}, env_key="e", status="ok", peak_bytes=recipe.max_seq_length * 2**20,
+                       peak_by_category={"activations": recipe.max_seq_length * 2**20})
+
+
+@pytest.fixture
+def measured_here(monkeypatch):
+    """measure() replaced by _stub with its label applied as measure() applies it; the recipes it was given."""
+    seen: list[Recipe] = []
+
+    def stub(recipe, **how):
+        seen.append(recipe)
+        return measure_mod._as_asked(_stub(recipe), recipe)
+
+    monkeypatch.setattr(measure_mod, "measure", stub)
+    return seen
+
+
+def test_measure_all_gives_one_outcome_per_recipe_in_order(measured_here, tiny_model):
+    recipes = [BASE.with_(max_seq_length=n, label=f"seq {n}") for n in (16, 32, 48)]
+    results = measure_mod.measure_all(recipes, skip={1: "not today"}, progress=False)
+    assert [o.recipe for o in results] == recipes and measured_here == [recipes[0], recipes[2]]
+    assert [o.label for o in results] == ["seq 16", "seq 32", "seq 48"]
+    assert [m.label for m in results.measured] == ["seq 16", "seq 48"]
+    assert results.skipped == {1: "not today"} and results[1].measurement is None
+    rows = [line for line in str(results.table()).splitlines() if line.startswith("seq")]
+    assert [r.split()[1] for r in rows] == ["16", "32", "48"] and "skipped: not today" in rows[1]
+
+
+def test_measure_all_checks_every_recipe_before_the_first_run(measured_here, tiny_model):
+    from course_utils.recipe import RecipeError
+
+    too_long = BASE.with_(max_seq_length=5000)  # beyond the tiny model's 1,024 positions
+    with pytest.raises(RecipeError, match="1,024 positions"):
+        measure_mod.measure_all([BASE, too_long], progress=False)
+    assert measured_here == []
+    assert measure_mod.measure_all([BASE, too_long], skip={1: "too long"}, progress=False).skipped == {1: "too long"}
+
+
+def test_measure_all_keep_going_skips_a_failed_run(monkeypatch, tiny_model):
+    def stub(recipe, **how):
+        if recipe.micro_batch == 2:
+            raise MeasurementError("the child crashed")
+        return _stub(recipe)
+
+    monkeypatch.setattr(measure_mod, "measure", stub)
+    recipes = [BASE, BASE.with_(micro_batch=2), BASE.with_(micro_batch=1)]
+    with pytest.raises(MeasurementError):
+        measure_mod.measure_all(recipes, progress=False)
+    seen = []
+    results = measure_mod.measure_all(recipes, progress=False, keep_going=True, after_each=lambda r: seen.append(len(r)))
+    assert results.skipped == {1: "failed: the child crashed"} and len(results.measured) == 2 and seen == [1, 2, 3]
+
+
+def test_measure_all_refuses_a_skip_outside_the_list(measured_here):
+    with pytest.raises(ValueError, match=r"position\(s\) \[3\].*0 to 1"):
+        measure_mod.measure_all([BASE, BASE], skip={3: "why"}, progress=False)
+
+
+def test_run_ladder_and_sweep_sit_on_measure_all(measured_here, tiny_model):
+    base = Recipe(steps=3, warmup_steps=1, micro_batch=2, max_seq_length=64, label="baseline")
+    rungs, same = measure_mod.ladder_here(base)
+    ladder, skipped = measure_mod.run_ladder(base, progress=False)
+    assert skipped == same and same and len(ladder) == len(rungs)  # on a CPU, mixed precision is the rung above
+    assert [m.label for m in ladder] == [r.name for r in rungs]
+    for i in same:  # a skipped rung: the rung above's figures under its own recipe
+        assert ladder[i].cached and ladder[i].peak_bytes == ladder[i - 1].peak_bytes
+    assert len(measured_here) == len(rungs) - len(same)
+    points = measure_mod.sweep(base, "max_seq_length", (16, 32), progress=False)
+    assert [m.label for m in points] == ["max_seq_length=16", "max_seq_length=32"]
+
+
+def test_a_stored_result_comes_back_with_the_asked_label(tmp_path):
+    store = ResultStore(tmp_path / "results.jsonl")
+    recipe = BASE.with_(label="first")
+    store.add(dataclasses.replace(_stub(recipe), recipe=recipe.to_dict(), env_key=environment().key))
+    again = measure(recipe.with_(label="second"), store=store, progress=False)
+    assert again.cached and again.label == "second" and store.find(recipe, environment().key).label == "first"

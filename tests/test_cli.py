@@ -60,7 +60,7 @@ def ladder_run(baseline_measurement, shared_store, cli_run_args, tmp_path_factor
     stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         mp.setattr(measure_mod, "_run_child", child)
-        mp.setattr(Measurement, "noisy", property(lambda self: False))  # a busy machine must not re-measure the baseline
+        mp.setattr(Measurement, "noisy", property(lambda self: False))  # a busy machine: still the stored baseline
         code = main(["run", *cli_run_args, "--store", str(store.path), "--out", str(out_dir), "--no-progress"])
     return dict(code=code, out=stdout.getvalue(), err=stderr.getvalue(), out_dir=out_dir, store=store, how=how,
                 baseline=baseline_measurement)

@@ -270,7 +270,8 @@ def test_measure_all_keep_going_skips_a_failed_run(monkeypatch, tiny_model):
     with pytest.raises(MeasurementError):
         measure_mod.measure_all(recipes, progress=False)
     seen = []
-    results = measure_mod.measure_all(recipes, progress=False, keep_going=True, after_each=lambda r: seen.append(len(r)))
+    results = measure_mod.measure_all(recipes, progress=False, keep_going=True,
+                                      after_each=lambda so_far: seen.append(len(so_far)))
     assert results.skipped == {1: "failed: the child crashed"} and len(results.measured) == 2 and seen == [1, 2, 3]
 
 

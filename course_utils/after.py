@@ -33,13 +33,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from .common import GiB, MiB
 from .recipe import Recipe, RecipeError
 
 RECIPE_FILE = "course_recipe.json"  # the recipe the adapter was trained with, beside peft's files
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 NEW_TOKENS = {"cpu": 12, "cuda": 48}  # greedy tokens per prompt: small on a CPU (4-bit decoding is slow there)
 FREQUENT_TOP = 20  # "frequent tokens": the training data's 20 most common tokens
-GiB, MiB = 1024**3, 1024**2
 
 
 class AdapterError(ValueError):

@@ -31,9 +31,10 @@ from pathlib import Path
 
 import datasets
 
+from .common import SHIPPED_DATA
 from .tables import wrap
 
-SHIPPED_PATH: Path = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
+SHIPPED_PATH: Path = SHIPPED_DATA
 DOLLY_HUB_ID = "databricks/databricks-dolly-15k"
 FIELDS = ("instruction", "context", "response", "category")
 

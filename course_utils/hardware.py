@@ -8,8 +8,8 @@ import platform
 import sys
 from dataclasses import dataclass, field
 
-GiB = 1024**3
-MiB = 1024**2
+from .common import GiB, MiB  # noqa: F401  (hardware.GiB, hardware.MiB)
+
 STACK = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "accelerate")
 
 

@@ -10,7 +10,7 @@ import functools
 from .hardware import release_memory
 from .recipe import Recipe
 from .tables import wrap
-from .units import GiB, MiB
+from .common import GiB, MiB
 
 
 def releases_memory(fn):

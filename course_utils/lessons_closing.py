@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .results import Measurement, not_measured
 from .tables import wrap
-from .units import GiB
+from .common import GiB
 
 
 def _joined(*paragraphs: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .lessons import load_for_inspection, releases_memory
-from .units import GiB
+from .common import GiB
 
 
 def weight_storage(model) -> list[dict]:

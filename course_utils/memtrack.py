@@ -26,7 +26,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+from .common import CATEGORIES  # noqa: F401  (memtrack.CATEGORIES: what a byte is tagged as)
+
 PHASE_CATEGORY = {"forward": "activations", "after_forward": "temporaries", "optimizer": "temporaries", "idle": "other"}
 
 

@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
+
 TINY = "tiny"
 
 # The tiny default: a Llama-architecture model small enough to train on 2 CPU cores in seconds,
@@ -81,12 +83,6 @@ class ModelUnavailableError(RuntimeError):
     """A model id cannot be loaded here; the message says how to use the embedded default instead."""
 
 
-def course_home() -> Path:
-    """Where built models and the results store live: $COURSE_HOME, else ~/.cache/memory-efficient-training."""
-    home = os.environ.get("COURSE_HOME") or Path.home() / ".cache" / "memory-efficient-training"
-    return Path(home)
-
-
 def preset_config(name: str):
     """A transformers config for a preset architecture (no weights, no download)."""
     from transformers import AutoConfig
@@ -130,7 +126,6 @@ def _file_lock(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
 
 
 def tiny_fingerprint() -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from string import ascii_uppercase
 from typing import Sequence
 
-from .hardware import GiB, PROFILES
+from .common import GiB, MiB
+from .hardware import PROFILES
 from .placement import (Label, columns, fit_height, fit_width, grow_below, new_figure, place_labels,
                         place_line_labels, point_boxes, segment_boxes, wrap)
 from .results import Measurement
@@ -317,7 +318,7 @@ def ladder_figure(measurements: Sequence[Measurement], reference: Sequence[Measu
 def _breakdown_unit(measurements: Sequence[Measurement]) -> tuple[str, float]:
     """GiB for the bars, or MiB when every peak is under 1 GiB (a CPU run's 0.06 GiB reads as 60 MiB)."""
     peak = max((sum(m.peak_by_category.values()) for m in measurements), default=0)
-    return ("GiB", GiB) if peak >= GiB else ("MiB", 1024**2)
+    return ("GiB", GiB) if peak >= GiB else ("MiB", MiB)
 
 
 def memory_breakdown(measurements: Sequence[Measurement], ax=None, title: str = "Where the peak's bytes went",

@@ -24,11 +24,11 @@ from typing import Any
 from .models import _file_lock
 from .recipe import Recipe
 from .tables import Column, Flagged, Note, Table, wrap
-from .units import GiB, MiB
+from .common import CATEGORIES, GiB, MiB
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
-NOISY_SPREAD = 0.25  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
+NOISY_SPREAD = 0.5  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
 NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
 
@@ -347,7 +347,7 @@ def _rescue(line: bytes, store: Path) -> str:
 
 def default_store() -> ResultStore:
     """The learner's store: $COURSE_HOME/results.jsonl."""
-    from .models import course_home
+    from .common import course_home
 
     return ResultStore(course_home() / "results.jsonl")
 
@@ -384,7 +384,7 @@ def summary_row(m: Measurement) -> dict[str, Any]:
     row: dict[str, Any] = {"recipe": m.label}
     if not m.fits:
         row["status"] = "does not fit"
-    for cat in ("parameters", "gradients", "optimizer", "activations", "temporaries"):
+    for cat in CATEGORIES[:5]:  # every category but 'other'
         row[cat] = m.mib(cat)
     row["peak"] = m.mib("peak")
     row["tokens/s"] = m.tokens_per_s
@@ -404,7 +404,7 @@ def results_table(measurements: list[Measurement], skipped: dict[int, str] | Non
     the reason instead of numbers. A tokens/s from a noisy run (Measurement.noisy) is marked."""
     cuda = any(m.cuda_max_allocated for m in measurements)
     biggest = max([m.peak_bytes for m in measurements] + [m.cuda_max_reserved or 0 for m in measurements] + [0])
-    unit, scale, fmt = ("GiB", 1024**3, ".2f") if biggest >= 10_000 * MiB else ("MiB", MiB, ".1f")
+    unit, scale, fmt = ("GiB", GiB, ".2f") if biggest >= 10_000 * MiB else ("MiB", MiB, ".1f")
     columns = [Column("recipe", wrap=True)] + [Column(name, unit, fmt, short=short) for name, short in _CATEGORY_COLUMNS]
     if cuda:
         columns += [Column("CUDA allocated", unit, fmt, short="cuda\nalloc"),
@@ -451,7 +451,7 @@ def describe_change(before: Measurement, after: Measurement) -> str:
     wrapped at 100 characters)."""
     if not (before.fits and after.fits):
         return f"{after.label}: " + ("does not fit" if not after.fits else "previous rung did not fit")
-    cats = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+    cats = CATEGORIES
     deltas = {c: (after.peak_by_category.get(c, 0) - before.peak_by_category.get(c, 0)) / MiB for c in cats}
     biggest = max(deltas, key=lambda c: abs(deltas[c]))
     peak = (after.peak_bytes - before.peak_bytes) / MiB

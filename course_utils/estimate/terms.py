@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..common import CATEGORIES as _CATEGORIES
 from ..hardware import Hardware
 from ..recipe import Recipe, RecipeError
 from .shapes import Shapes
 
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries")
+CATEGORIES = _CATEGORIES[:5]  # what the estimator predicts: every category but "other"
 
 # Library constants the arithmetic depends on (trl 1.16, bitsandbytes 0.50).
 LOSS_TOKEN_TILE = 4096  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE

@@ -1,0 +1,26 @@
+"""The low-level facts every layer shares, in one place: the byte units, the memory categories, where the
+course keeps what it builds, and where its shipped data lies. Imports nothing of the course's own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# The binary units PyTorch's memory counters and nvidia-smi report in.
+MiB = 1024**2
+GiB = 1024**3
+
+# What a byte of training memory is for (memtrack's tagging, a Measurement's peak_by_category); the
+# estimator predicts the first five ("other" is what no tag claims).
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+
+# The shipped instruction data (course_utils/data), used when the hub's datasets cannot be reached.
+SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
+
+
+def course_home() -> Path:
+    """Where built models and the results store live: $COURSE_HOME, else ~/.cache/memory-efficient-training."""
+    home = os.environ.get("COURSE_HOME") or Path.home() / ".cache" / "memory-efficient-training"
+    return Path(home)
+

@@ -24,13 +24,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from .probe import PROGRESS, Probe as _Probe, callback as _callback
 from .recipe import Recipe
 from .results import Measurement, ResultStore, default_store
 
-PROGRESS = "@@course-progress"
 LAUNCHED_ENV = "COURSE_LAUNCHED_AT"  # when the parent started a measuring child (time.time())
 RUN_ID_ENV = "COURSE_RUN_ID"  # the measurement run a result belongs to (scripts/reference_runs.py sets it)
 
@@ -272,142 +271,6 @@ def _env_dict(env) -> dict:
     return dataclasses.asdict(env)
 
 
-class _Probe:
-    """Trainer callback + hooks: phases for the tracker, the tracked step, timing, losses."""
-
-    def __init__(self, recipe: Recipe, tracker, device: str, report_progress=False):
-        self.recipe, self.tracker, self.device = recipe, tracker, device
-        self.report_progress = report_progress  # True: print for the parent; a callable: (step, seconds)
-        self.batch_sizes: set[int] = set()  # sequences per forward: must be the recipe's micro-batch
-        self._t_begin = time.perf_counter()
-        self.losses: list[float] = []
-        self.tokens = 0
-        self.step_rates: list[float] = []  # tokens/s of each timed step
-        self.step_cpu: list[float] = []  # CPU seconds / (wall seconds x threads) of each timed step
-        self._cpu_last = None
-        self._t_last = None
-        self._tokens_last = 0
-        self.tracking = False
-        self.warmup_peak = None
-        self.cuda_peaks = (None, None)
-
-    # module hooks: the outermost forward marks the activations phase
-    def forward_pre(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        if ids is not None:
-            self.tokens += ids.numel()
-            self.batch_sizes.add(int(ids.shape[0]))
-        self.tracker.phase = "forward"
-
-    def forward_post(self, module, args, kwargs, output):
-        self.tracker.phase = "after_forward"
-
-    def grad_ready(self, param):
-        if self.tracking:
-            self.tracker.classify([param.grad], "gradients")
-
-    # trainer callbacks
-    def _sync(self):
-        import torch
-
-        if self.device == "cuda":
-            torch.cuda.synchronize()
-
-    def on_step_begin(self, args, state, control, model=None, optimizer=None, **kw):
-        import torch
-
-        from .memtrack import model_state_tensors, optimizer_state_tensors
-
-        if self.device == "cuda":
-            from .hardware import apply_profile
-
-            apply_profile()  # again, each step: kernels load on first use, and the contexts grow with them
-        if state.global_step == self.recipe.warmup_steps:  # the tracked step starts
-            self.tracker.phase = "idle"
-            self.tracker.classify(model_state_tensors(model), "parameters")
-            if optimizer is not None:
-                self.tracker.classify(optimizer_state_tensors(optimizer), "optimizer")
-            self.tracker.reset_peak()
-            if self.device == "cuda":
-                self._sync()
-                torch.cuda.reset_peak_memory_stats()
-            # On CUDA, autograd runs backward on its own device thread, where our dispatch mode is not
-            # active; for the tracked step, run backward on this thread so every allocation is seen.
-            self._single_thread = torch.autograd.set_multithreading_enabled(False)
-            self._single_thread.__enter__()
-            self.tracker.__enter__()
-            self.tracking = True
-
-    def stop_tracking(self):
-        """Leave the tracker and single-threaded backward."""
-        self.tracker.__exit__(None, None, None)
-        self._single_thread.__exit__(None, None, None)
-        self.tracking = False
-
-    def on_pre_optimizer_step(self, args, state, control, **kw):
-        self.tracker.phase = "optimizer"
-
-    def on_optimizer_step(self, args, state, control, optimizer=None, **kw):
-        from .memtrack import optimizer_state_tensors
-
-        if self.tracking and optimizer is not None:
-            self.tracker.classify(optimizer_state_tensors(optimizer), "optimizer")
-        self.tracker.phase = "idle"
-
-    def on_step_end(self, args, state, control, **kw):
-        if self.tracking:  # the tracked step is over: stop tracking, start the clock
-            self.stop_tracking()
-        elif self._t_last is not None:
-            self._sync()
-            now = time.perf_counter()
-            self.step_rates.append((self.tokens - self._tokens_last) / (now - self._t_last))
-            self.step_cpu.append((time.process_time() - self._cpu_last) / ((now - self._t_last) * self._threads()))
-        if state.global_step > self.recipe.warmup_steps:
-            self._sync()
-            self._t_last, self._tokens_last = time.perf_counter(), self.tokens
-            self._cpu_last = time.process_time()
-        took = round(time.perf_counter() - self._t_begin, 2)
-        self._t_begin = time.perf_counter()
-        if callable(self.report_progress):  # measuring in this process: the bar is ours
-            self.report_progress(state.global_step, took)
-        elif self.report_progress:  # a child tells its parent, which draws the progress bar
-            print(f"{PROGRESS} {state.global_step} {took}", flush=True)
-
-    @staticmethod
-    def _threads() -> int:
-        """The threads torch computes with on a CPU (1 on a GPU, where the CPU only launches kernels)."""
-        import torch
-
-        return max(1, torch.get_num_threads())
-
-    def timing(self) -> dict:
-        """How steady the timed steps were: spread of their tokens/s, and (CPU) the share of the cores' time
-        the process got. A busy machine shows in one or the other (results.Measurement.noisy)."""
-        out = {"timed_steps": len(self.step_rates)}
-        if len(self.step_rates) >= 2:
-            out["spread"] = round((max(self.step_rates) - min(self.step_rates)) / statistics.median(self.step_rates), 3)
-        if self.device == "cpu" and self.step_cpu:
-            out["cpu_share"] = round(statistics.median(self.step_cpu), 3)
-        return out
-
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs:
-            self.losses.append(float(logs["loss"]))
-
-
-def _callback(probe: _Probe):
-    """Wrap the probe as a transformers TrainerCallback."""
-    from transformers import TrainerCallback
-
-    class ProbeCallback(TrainerCallback):
-        pass
-
-    cb = ProbeCallback()
-    for name in ("on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log"):
-        setattr(cb, name, getattr(probe, name))
-    return cb
-
-
 def _startup_s() -> float:
     """Seconds from the parent starting this measuring process to now (its imports), or 0.0 in-process."""
     try:
@@ -416,7 +279,7 @@ def _startup_s() -> float:
         return 0.0
 
 
-def check_sane(recipe: Recipe, probe: "_Probe") -> None:
+def check_sane(recipe: Recipe, probe) -> None:
     """A run that trained something other than its recipe, or diverged, is an error, not a result."""
     wrong = sorted(probe.batch_sizes - {recipe.micro_batch})
     if wrong:
@@ -556,150 +419,5 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-# ---------------------------------------------------------------------------------------------
-# the driver: many recipes, in order
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Outcome:
-    """One recipe of a measure_all run: its Measurement (labelled as the recipe), or why it was skipped."""
-
-    recipe: Recipe
-    measurement: Measurement | None = None
-    skipped: str = ""  # why it was not measured; "" when it was
-    seconds: float = 0.0  # wall time of its measure() call (0.0 when skipped)
-
-    @property
-    def label(self) -> str:
-        """The recipe's display name."""
-        return self.recipe.name
-
-
-class Results(list):
-    """What measure_all returns: one Outcome per recipe, in the order they were asked for."""
-
-    @property
-    def measured(self) -> list[Measurement]:
-        """The Measurements of the recipes that ran (or came from the store), in order, labelled as asked."""
-        return [o.measurement for o in self if o.measurement is not None]
-
-    @property
-    def skipped(self) -> dict[int, str]:
-        """{position: why} for the recipes that were not measured."""
-        return {i: o.skipped for i, o in enumerate(self) if o.measurement is None}
-
-    def table(self):
-        """results.results_table of every recipe, in order: a skipped one is a row with its reason."""
-        from .results import results_table
-        from .tables import Note
-
-        table = results_table(self.measured)
-        for i, why in sorted(self.skipped.items()):
-            table.rows.insert(i, [self[i].label, Note(f"skipped: {why}")])
-        return table
-
-
-def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
-                isolate: bool | None = None, skip: dict[int, str] | None = None, desc: str = "recipes",
-                timeout_s: float | None = None, keep_going: bool = False, after_each=None) -> Results:
-    """Measure each recipe with measure(), in order; the one loop every driver of the course sits on.
-
-    skip: {position: why} for recipes not to measure (their Outcome keeps the reason). Every other recipe is
-    checked with checks.check_runnable before the first one is measured, so a bad one costs no run.
-    isolate: as in measure(), but None by default (a fresh process on a GPU, this process on a CPU).
-    keep_going=True: a run that fails (MeasurementError, not 'does not fit') is skipped with its error, and
-    the rest are measured. after_each(results so far) is called after each recipe (scripts print there).
-    desc names the progress bar over the recipes (progress=False: no bars).
-    """
-    from tqdm.auto import tqdm
-
-    from .checks import check_runnable
-
-    recipes, skip = list(recipes), dict(skip or {})
-    outside = sorted(set(skip) - set(range(len(recipes))))
-    if outside:
-        raise ValueError(f"skip names position(s) {outside}, but there are {len(recipes)} recipes "
-                         f"(positions 0 to {len(recipes) - 1}); give reasons only for recipes in the list.")
-    for i, recipe in enumerate(recipes):
-        if i not in skip:
-            check_runnable(recipe)
-    results = Results()
-    bar = tqdm(recipes, desc=desc, unit="recipe", disable=not progress)
-    for i, recipe in enumerate(bar):
-        bar.set_postfix_str(recipe.name[:30])
-        if i in skip:
-            results.append(Outcome(recipe, None, skip[i]))
-        else:
-            results.append(_measure_one(recipe, keep_going, store=store, force=force, progress=progress,
-                                        isolate=isolate, timeout_s=timeout_s))
-        if after_each is not None:
-            after_each(results)
-    return results
-
-
-def _measure_one(recipe: Recipe, keep_going: bool, **how) -> Outcome:
-    """measure(recipe, **how) as an Outcome; with keep_going, a failed run is one skipped with its error."""
-    started = time.perf_counter()
-    try:
-        m = measure(recipe, **how)
-    except MeasurementError as exc:
-        if not keep_going:
-            raise
-        return Outcome(recipe, None, f"failed: {exc}", round(time.perf_counter() - started, 1))
-    return Outcome(recipe, m, "", round(time.perf_counter() - started, 1))
-
-
-def ladder_here(base: Recipe, upto: int | None = None) -> tuple[list[Recipe], dict[int, str]]:
-    """The chapter's ladder from `base` (its first `upto` rungs) as it runs here, mixed precision resolved,
-    and {position: why} for the rungs that are then the same recipe as the rung above (on a CPU, mixed
-    precision is fp32, so that rung is the one before it)."""
-    from .hardware import device_type, resolve_precision
-    from .recipe import ladder
-
-    asked = ladder(base)[:upto]
-    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
-    same = {i: _same_as_above(asked[i - 1], asked[i], device_type())
-            for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
-    return rungs, same
-
-
-def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
-               upto: int | None = None, isolate: bool | None = None) -> tuple[list[Measurement], dict[int, str]]:
-    """Measure the chapter's ladder from `base`, one technique added per rung (the first `upto` rungs).
-
-    Returns a measurement per rung in order and the rungs skipped here, with the reason (ladder_here); a
-    skipped rung's entry is the rung above's measurement under its own recipe. isolate: as in measure();
-    the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
-    tensor-level figures are the same and seven process start-ups would cost most of a minute.
-    """
-    rungs, same = ladder_here(base, upto)
-    results = measure_all(rungs, store=store, force=force, progress=progress, isolate=isolate, skip=same,
-                          desc="ladder")
-    out: list[Measurement] = []
-    for o in results:
-        out.append(o.measurement or Measurement(**{**out[-1].__dict__, "recipe": o.recipe.to_dict(), "cached": True}))
-    return out, results.skipped
-
-
-def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
-    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
-    changed = {f: getattr(rung, f) for f in ("precision", "micro_batch", "grad_accum", "optimizer",
-                                             "gradient_checkpointing", "load_in_4bit", "max_seq_length")
-               if getattr(rung, f) != getattr(before, f)}
-    if changed.get("precision") == "auto":
-        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
-    if not changed:
-        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
-                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
-    said = ", ".join(f"{k}={v}" for k, v in changed.items())
-    return f"its change ({said}) is already in the rung above: same recipe"
-
-
-def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,
-          progress: bool = True) -> list[Measurement]:
-    """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512).
-
-    By default (isolate=None) the runs share this process on a CPU (tensor-level figures are the
-    same as in a fresh process, and a sweep takes seconds, not minutes); on a GPU each is isolated.
-    """
-    recipes = [base.with_(**{knob: value}, label=f"{knob}={value}") for value in values]
-    return measure_all(recipes, store=store, progress=progress, isolate=isolate, desc=f"{knob} sweep").measured
+# the driver (many recipes, in order) lives in runs.py; notebooks and scripts import it from here too
+from .runs import Outcome, Results, ladder_here, measure_all, run_ladder, sweep  # noqa: E402,F401

@@ -20,6 +20,27 @@ from pathlib import Path
 FLAG = re.compile(r"^USE_LLAMA_8B = False", re.M)
 
 
+def _display(*objects) -> None:
+    """Jupyter's display() without Jupyter: each object's text form (a Table's is its plain-text table)."""
+    for obj in objects:
+        print(obj)
+
+
+def _run_cell(source: str, name: str, namespace: dict) -> None:
+    """Run a cell as Jupyter does: its last line, if an expression (and not ending in ';'), is shown."""
+    import ast
+
+    tree = ast.parse(source, name)
+    last = tree.body[-1] if tree.body else None
+    shown = isinstance(last, ast.Expr) and not source.rstrip().endswith(";")
+    body = ast.Module(tree.body[:-1] if shown else tree.body, type_ignores=[])
+    exec(compile(body, name, "exec"), namespace)
+    if shown:
+        value = eval(compile(ast.Expression(last.value), name, "eval"), namespace)
+        if value is not None and not type(value).__module__.startswith("matplotlib"):
+            _display(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebook")
@@ -32,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     nb = json.loads(Path(args.notebook).read_text())
-    namespace: dict = {"__name__": "__main__"}
+    namespace: dict = {"__name__": "__main__", "display": _display}
     figures = 0
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":
@@ -47,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--- cell {i}", flush=True)
         started = time.perf_counter()
         try:
-            exec(compile(source, f"{args.notebook}#cell{i}", "exec"), namespace)
+            _run_cell(source, f"{args.notebook}#cell{i}", namespace)
         except Exception as exc:
             traceback.print_exc()
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -210,3 +210,18 @@ def test_the_estimate_command_describes_the_recipe(rendered):
              "gradient_checkpointing", "load_in_4bit", "double_quant", "lora_r")
     assert {k: getattr(parsed, k) for k in knobs} == {k: getattr(recipe, k) for k in knobs}
     assert args.hardware == "t4" and command in rendered
+
+
+def test_every_notebook_links_its_troubleshooting_entries():
+    import json
+
+    from course_utils import facts
+    from course_utils.troubleshooting import notebook_markdown
+
+    for path in sorted((facts.ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        tagged = [c for c in cells if "troubleshooting" in c.get("metadata", {}).get("tags", [])]
+        assert len(tagged) == 1, f"{path.name}: run python scripts/insert_extras.py {path}"
+        assert "".join(tagged[0]["source"]) == notebook_markdown(path.name[:2]), path.name
+        setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
+        assert cells[setup + 1] is tagged[0], f"{path.name}: the troubleshooting cell belongs right after the setup"

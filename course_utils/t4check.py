@@ -258,8 +258,14 @@ def markdown_table(path: Path = RECORDS) -> str:
         where.append(f"{env['device']} (driver {env['driver']}, CUDA {env['cuda']}; "
                      + ", ".join(f"{k} {v[k]}" for k in ("torch", "transformers", "trl", "peft", "bitsandbytes") if k in v)
                      + ")")
-    dates = sorted({r["date"][:10] for r in newest.values()})
-    head = [f"Checked {', '.join(dates)} on " + "; ".join(where) + ".", "","| notebook | " + " | ".join(f"{VARIANTS[v]}: ran through, wall s, T4 s at least, card peak GiB"
+    when = []
+    for v in VARIANTS:  # each variant's check times: they can come from different checks (and code)
+        stamps = sorted(r["date"][:16].replace("T", " ") for (_, var), r in newest.items() if var == v)
+        if stamps:
+            span = stamps[0] if stamps[0] == stamps[-1] else f"{stamps[0]} to {stamps[-1][11:]}" \
+                if stamps[0][:10] == stamps[-1][:10] else f"{stamps[0]} to {stamps[-1]}"
+            when.append(f"{VARIANTS[v]} {span} UTC")
+    head = ["Checked on " + "; ".join(where) + ": " + "; ".join(when) + ".", "", "| notebook | " + " | ".join(f"{VARIANTS[v]}: ran through, wall s, T4 s at least, card peak GiB"
                                           for v in VARIANTS) + " |",
             "|---|" + "---|" * len(VARIANTS)]
     rows = []

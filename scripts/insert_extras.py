@@ -21,7 +21,7 @@ def with_troubleshooting(nb: dict, name: str) -> dict:
     """The notebook with its troubleshooting cell in place after the first code cell (the setup)."""
     cells = [c for c in nb["cells"] if TAG not in c.get("metadata", {}).get("tags", [])]
     text = notebook_markdown(name[:2])
-    cell = {"cell_type": "markdown", "metadata": {"tags": [TAG]}, "source": text.splitlines(keepends=True)}
+    cell = {"cell_type": "markdown", "id": TAG, "metadata": {"tags": [TAG]}, "source": text.splitlines(keepends=True)}
     setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
     cells.insert(setup + 1, cell)
     return {**nb, "cells": cells}

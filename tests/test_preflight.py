@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import checks, cli, measure, models
+from course_utils import checks, cli, measure, models, runs
 from course_utils.hardware import HardwareError
 from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe, RecipeError
@@ -183,10 +183,10 @@ def test_the_accumulation_rung_at_micro_batch_1_is_skipped_for_the_right_reason(
 
     rungs = ladder(Recipe(micro_batch=1))
     accumulation = next(i for i, r in enumerate(rungs) if "accumulation" in r.label)
-    reason = measure._same_as_above(rungs[accumulation - 1], rungs[accumulation], "cpu")
+    reason = runs._same_as_above(rungs[accumulation - 1], rungs[accumulation], "cpu")
     assert "precision" not in reason and "1x1" in reason
     mixed = next(i for i, r in enumerate(rungs) if r.precision == "auto" and rungs[i - 1].precision != "auto")
-    assert "precision=auto is fp32 on cpu" in measure._same_as_above(rungs[mixed - 1], rungs[mixed], "cpu")
+    assert "precision=auto is fp32 on cpu" in runs._same_as_above(rungs[mixed - 1], rungs[mixed], "cpu")
 
 
 # --- 9. the measuring child's errors arrive as one line of the same type ------------------------------

@@ -41,6 +41,7 @@ KNOB_CHANGES = {
     "liger_kernels": True,
     "torch_compile": True,
     "offload_activations": True,
+    "tf32": True,
 }
 
 

@@ -333,6 +333,7 @@ def memory_breakdown(measurements: Sequence[Measurement], ax=None, title: str = 
         widths = [m.peak_by_category.get(cat, 0) / size for m in measurements]
         ax.barh(names, widths, left=left, color=color, label=cat, height=0.7)
         left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlim(0, max(left + [0.0]) * 1.06 or 1.0)  # room after the longest bar: it does not touch the frame
     ax.invert_yaxis()
     ax.set_xlabel(f"{unit} at the peak (tensor-level tracking)", fontsize=FONT_PT + 1)
     ax.set_title(title, fontsize=FONT_PT + 2)

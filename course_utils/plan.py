@@ -11,6 +11,7 @@ exists; otherwise a stated model built on those runs (see "speed" below). Every 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
@@ -262,6 +263,7 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
 _SHORT = {0: "4-bit", 1: "full FT", 2: "ckpt"}
 
 
+@functools.lru_cache(maxsize=1)
 def _speed_model_refs() -> list:
     """The bf16 reference runs of SPEED_MODEL (for a factor another model's runs cannot give)."""
     from .results import reference_results

@@ -94,7 +94,7 @@ class Recipe:
     # --- identity ------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict of every field."""
-        d = dataclasses.asdict(self)
+        d = {f.name: getattr(self, f.name) for f in _FIELDS}  # every value is immutable: no deep copy needed
         d["lora_targets"] = list(self.lora_targets)
         return d
 
@@ -274,3 +274,6 @@ def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
         learning_rate=2e-4,
         label="source chapter recipe",
     )
+
+
+_FIELDS = dataclasses.fields(Recipe)

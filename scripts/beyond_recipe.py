@@ -69,6 +69,8 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--peers", action="append", default=[], choices=beyond.PEERS,
                         help="after our recipes, measure this stack too, at 16x1 and 1x16 (an optional extra)")
     parser.add_argument("--peer-site", default="/tmp/unsl-site", help="the peer's own site directory")
+    parser.add_argument("--peer-batches", default=",".join(f"{m}x{g}" for m, g in beyond.PEER_BATCHES),
+                        help="the peer's settings to run, e.g. 1x16 (default: all of them)")
     parser.add_argument("--peer-out", default=None,
                         help="the peers' results file (default: peers/<--out's name> beside --out, which is where "
                              "course_utils/reference/beyond/ keeps them: apart from our runs)")
@@ -130,7 +132,8 @@ def run_peer(name: str, args, model_dir: Path) -> None:
         print(f"{name}: no site directory at {args.peer_site}; install the peer's wheels there first "
               "(scripts/peer_wheels.py says how). Not measured.", flush=True)
         return
-    for mb, ga in beyond.PEER_BATCHES:
+    wanted = set(args.peer_batches.split(","))
+    for mb, ga in [b for b in beyond.PEER_BATCHES if f"{b[0]}x{b[1]}" in wanted]:
         t = time.perf_counter()
         label = f"{name} ({mb}x{ga})"
         try:

@@ -84,3 +84,17 @@ def baseline_measurement(tiny_model, shared_store, cli_baseline_recipe):
     from course_utils.measure import measure
 
     return measure(cli_baseline_recipe, store=shared_store, progress=False)
+
+
+@pytest.fixture
+def ipython_shell(tmp_path, monkeypatch):
+    """A real IPython shell (what a notebook kernel runs cells in), history in memory, cleared after."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=config)
+    yield shell
+    InteractiveShell.clear_instance()

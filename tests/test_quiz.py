@@ -423,30 +423,22 @@ def test_chapter_quiz_draws_from_every_bank():
     assert len(quiz.questions) == 5 and "Chapter 3" in quiz.text()
 
 
-def test_in_ipython_show_quiz_displays_once_with_text_fallbacks(tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
+def test_in_ipython_show_quiz_displays_once_with_text_fallbacks(ipython_shell):
     from IPython.utils.capture import capture_output
-    from traitlets.config import Config
 
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    shell = InteractiveShell.instance(config=config)
-    try:
-        with capture_output() as cap:
-            shell.run_cell("from course_utils.quiz import show_quiz\nshow_quiz('01_gradient_checkpointing')",
-                           store_history=True)
-        assert len(cap.outputs) == 1
-        assert "Quiz:" not in cap.stdout, "the quiz is displayed once, not again as the cell's result"
-        data = cap.outputs[0].data
-        assert {"text/plain", "text/markdown", "application/vnd.jupyter.widget-view+json"} <= set(data)
-        assert data["text/plain"].startswith("Quiz: Gradient checkpointing")
-        with capture_output() as cap:  # a returned quiz shown again in a later cell displays
-            shell.run_cell("q = show_quiz('00')", store_history=True)
-            shell.run_cell("q", store_history=True)
-        assert len(cap.outputs) == 2
-    finally:
-        InteractiveShell.clear_instance()
+    shell = ipython_shell
+    with capture_output() as cap:
+        shell.run_cell("from course_utils.quiz import show_quiz\nshow_quiz('01_gradient_checkpointing')",
+                       store_history=True)
+    assert len(cap.outputs) == 1
+    assert "Quiz:" not in cap.stdout, "the quiz is displayed once, not again as the cell's result"
+    data = cap.outputs[0].data
+    assert {"text/plain", "text/markdown", "application/vnd.jupyter.widget-view+json"} <= set(data)
+    assert data["text/plain"].startswith("Quiz: Gradient checkpointing")
+    with capture_output() as cap:  # a returned quiz shown again in a later cell displays
+        shell.run_cell("q = show_quiz('00')", store_history=True)
+        shell.run_cell("q", store_history=True)
+    assert len(cap.outputs) == 2
 
 
 # --- packaging -----------------------------------------------------------------------------------

@@ -47,23 +47,15 @@ def test_checklist_display_carries_its_state_as_markdown_and_text():
     assert "on CPU" in widget.markdown() and "[ ] Use QLoRA" in widget.text()
 
 
-def test_checklist_as_a_cells_last_expression_displays_once(tmp_path, monkeypatch):
-    from IPython.core.interactiveshell import InteractiveShell
+def test_checklist_as_a_cells_last_expression_displays_once(ipython_shell):
     from IPython.utils.capture import capture_output
-    from traitlets.config import Config
 
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    shell = InteractiveShell.instance(config=config)
-    try:
-        with capture_output() as cap:
-            shell.run_cell(CHECKLIST_CELL, store_history=True)
-        assert len(cap.outputs) == 1 and "Memory checklist" not in cap.stdout, "displayed once, not again as text"
-        assert {"text/plain", "text/markdown", WIDGET_VIEW} <= set(cap.outputs[0].data)
-        assert "[x] Use QLoRA" in cap.outputs[0].data["text/plain"]
-    finally:
-        InteractiveShell.clear_instance()
+    shell = ipython_shell
+    with capture_output() as cap:
+        shell.run_cell(CHECKLIST_CELL, store_history=True)
+    assert len(cap.outputs) == 1 and "Memory checklist" not in cap.stdout, "displayed once, not again as text"
+    assert {"text/plain", "text/markdown", WIDGET_VIEW} <= set(cap.outputs[0].data)
+    assert "[x] Use QLoRA" in cap.outputs[0].data["text/plain"]
 
 
 # --- the cleaning script -------------------------------------------------------------------------

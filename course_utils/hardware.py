@@ -241,7 +241,8 @@ def resolve_precision(precision: str, hw: Hardware | None = None) -> str:
         if hw is not None:
             where = hw.short or hw.name
         else:
-            where = f"this GPU ({device_name()}, compute capability {compute_capability()})" if dev == "cuda" else "this CPU"
+            cc = compute_capability()
+            where = f"this GPU ({device_name()}, compute capability {cc[0]}.{cc[1]})" if dev == "cuda" else "this CPU"
         raise HardwareError(
             f"precision='bf16' was requested, but {where} has no native bf16 "
             "(it needs an NVIDIA GPU of compute capability 8.0+, or a CPU with AVX512-BF16/AMX). "

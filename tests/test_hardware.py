@@ -87,7 +87,7 @@ def test_t4_auto_is_fp16_and_bf16_raises(monkeypatch):
     with pytest.raises(HardwareError) as exc:
         resolve_precision("bf16")
     msg = str(exc.value)
-    assert "Tesla T4" in msg and "7, 5" in msg
+    assert "Tesla T4" in msg and "compute capability 7.5" in msg
     assert "'auto'" in msg
 
 

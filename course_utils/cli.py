@@ -43,9 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                   steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
     store = ResultStore(args.store) if args.store else default_store()
     out = _output_folder(args.out)  # a folder that cannot be written is refused before anything is measured
-    from .measure import _check_writable
-
-    _check_writable(store)
+    store.check_writable()
     _STATE["store"], _STATE["stored_before"] = store, _count(store)
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from .probe import PROGRESS, Probe as _Probe, callback as _callback
+from .probe import PROGRESS, Probe, callback
 from .recipe import Recipe
 from .results import Measurement, ResultStore, default_store
 
@@ -71,7 +71,7 @@ def measure(
             return _as_asked(found, recipe)
     check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
     if budget_gib is None:
-        _check_writable(store)  # and a result that could not be stored is not measured
+        store.check_writable()  # and a result that could not be stored is not measured
     if isolate or env.device_type != "cpu":
         result = _run_child(recipe, budget_gib, progress, timeout_s)
     else:
@@ -86,13 +86,6 @@ def _as_asked(m: Measurement, recipe: Recipe) -> Measurement:
     may carry the label of the run that stored it). A new dict: a shared one is left as it was."""
     m.recipe = {**m.recipe, "label": recipe.label}
     return m
-
-
-def _check_writable(store: ResultStore) -> None:
-    """The store's own up-front check, where the store has one."""
-    check = getattr(store, "check_writable", None)
-    if check is not None:
-        check()
 
 
 TEMP_PREFIXES = ("course-measure-", "course-run-")  # + the owner's pid: see temp_folder()
@@ -318,12 +311,12 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Meas
     env = environment()
     budget = int(budget_gib * GiB) if budget_gib is not None else None
     tracker = MemoryTracker(device, budget_bytes=budget)
-    probe = _Probe(recipe, tracker, device, report_progress)
+    probe = Probe(recipe, tracker, device, report_progress)
     base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
                 date=_now(), command=_command(), run_id=os.environ.get(RUN_ID_ENV, ""))
     workdir = temp_folder(TEMP_PREFIXES[1])  # the trainer's output_dir, removed after
     try:
-        built = build(recipe, callbacks=(_callback(probe),), output_dir=workdir.name)
+        built = build(recipe, callbacks=(callback(probe),), output_dir=workdir.name)
         build_s = round(time.perf_counter() - t0, 2)
     except BaseException as exc:  # out of memory while loading is a result too: the model alone does not fit
         workdir.cleanup()  # on every way out, Ctrl-C included

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .models import _file_lock
+from .models import _file_lock, _lock_path
 from .recipe import Recipe
 from .tables import Column, Flagged, Note, Table, wrap
 from .common import CATEGORIES, GiB, MiB
@@ -203,11 +203,6 @@ def _check_recipe(recipe: Any, key: Any) -> None:
     if key != r.key:
         raise ResultLineError(f"field 'recipe_key' {_short(key)} is not the key of the stored recipe ({r.key!r}): "
                               "the line was edited by hand or damaged")
-
-
-def _lock_path(path: Path) -> Path:
-    """The lock file beside a store: <store>.lock."""
-    return path.with_name(path.name + ".lock")
 
 
 def _locked(path: Path) -> contextlib.AbstractContextManager[None]:

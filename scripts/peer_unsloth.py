@@ -165,13 +165,14 @@ def train(model, tokenizer, rows: list[list[int]], recipe, output_dir: str):
     from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
 
-    from course_utils.measure import _callback, _Probe, is_out_of_memory
+    from course_utils.measure import is_out_of_memory
+    from course_utils.probe import Probe, callback
 
     on_cuda = torch.cuda.is_available()
-    probe = _Probe(recipe, NullTracker(), "cuda" if on_cuda else "cpu")
+    probe = Probe(recipe, NullTracker(), "cuda" if on_cuda else "cpu")
     trainer = SFTTrainer(model=model, args=SFTConfig(**sft_kwargs(recipe, output_dir, on_cuda)),
                          train_dataset=datasets.Dataset.from_dict({"input_ids": rows}), processing_class=tokenizer,
-                         callbacks=[_callback(probe)])
+                         callbacks=[callback(probe)])
     trainer.remove_callback(PrinterCallback)  # the losses are recorded, not printed
     trainer.model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
     trainer.model.register_forward_hook(probe.forward_post, with_kwargs=True)

@@ -307,3 +307,10 @@ def test_the_known_linear_names_are_the_tiny_model_s(tiny_model):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tiny_model))
     names = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert names == set(checks.KNOWN_LINEARS)
+
+
+def test_the_estimator_refuses_a_sequence_beyond_the_positions_too():
+    from course_utils.estimate import estimate
+
+    with pytest.raises(RecipeError, match="1,024 positions"):
+        estimate(Recipe(max_seq_length=5000), hardware="cpu")

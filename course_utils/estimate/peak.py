@@ -132,7 +132,11 @@ def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", p
     device_cc: the compute capability of the GPU that really runs it, when it is not the hardware's
     own (a T4 profile on an H200 runs the H200's libraries, so their workspaces).
     """
+    from ..checks import check_positions
+
     hw = get_hardware(hardware)
+    positions = getattr(config, "max_position_embeddings", None) if config is not None else None
+    check_positions(recipe.model, recipe.max_seq_length, positions)  # a hub id's own positions: models.load_config
     s = shapes_from_config(config) if config is not None else model_shapes(recipe.model)
     precision = resolve_precision(recipe.precision, hw)
     d = dtypes_for(recipe, precision, hw)

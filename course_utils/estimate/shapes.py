@@ -56,26 +56,11 @@ class Shapes:
 
 
 def load_config(model: str):
-    """The transformers config of a recipe's model: tiny, a preset, a local folder or a cached hub id."""
-    from ..models import PRESETS, TINY, ModelUnavailableError, is_preset, preset_config
+    """The transformers config of a recipe's model: models.load_config (tiny, a preset, a local folder, or a
+    hub id read through one probe and a deadline)."""
+    from ..models import load_config as read
 
-    if is_preset(model):
-        return preset_config(model)
-    from transformers import AutoConfig
-
-    if model == TINY:
-        from ..models import tiny_model_path
-
-        return AutoConfig.from_pretrained(tiny_model_path())
-    try:
-        return AutoConfig.from_pretrained(model)
-    except OSError as exc:
-        raise ModelUnavailableError(
-            f"Cannot read the config of {model!r} here: it is not a local folder holding a config.json, not in "
-            "the local hub cache, and the hub cannot be reached (offline, or HF_HUB_OFFLINE is set). "
-            f"Use model='tiny' or a preset with a real shape ({', '.join(PRESETS)}), or download the model's "
-            "config.json and pass its folder."
-        ) from exc
+    return read(model)
 
 
 def shapes_from_config(config) -> Shapes:

@@ -488,7 +488,7 @@ def texts_of(path: Path):
 
 def every_text():
     """Every quiz bank, every notebook's Markdown, README.md and TROUBLESHOOTING.md: what `pytest -m truth` checks."""
-    from .quiz import quiz_dir
+    from .quiz_bank import quiz_dir
 
     for path in [*sorted(quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
                  ROOT / "README.md", ROOT / "TROUBLESHOOTING.md"]:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from course_utils import quiz as Q
+from course_utils import quiz_bank
 from course_utils.quiz import QuizError, all_banks, grade, load_bank, show_quiz
 from quiz_drive import check, check_session, first, learner_session, wrong_choice
 
@@ -186,7 +187,7 @@ def test_ids_must_be_unique_across_banks(tmp_path, monkeypatch):
     other = valid_bank()
     other["questions"][2]["id"] = "t-other"
     write(tmp_path, other, name="01_b.yaml")
-    monkeypatch.setattr(Q, "quiz_dir", lambda: tmp_path)
+    monkeypatch.setattr(quiz_bank, "quiz_dir", lambda: tmp_path)  # where all_banks looks
     with pytest.raises(QuizError) as err:
         all_banks()
     text = str(err.value)

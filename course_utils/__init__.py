@@ -23,9 +23,7 @@ _warnings.filterwarnings("ignore", message=r"`use_liger_kernel=True` is deprecat
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
-__version__ = "0.1.0"
-# Bump when measure/memtrack change what a stored number means: older stored results stop matching.
-MEASUREMENT_METHOD = 3
+__version__ = "0.1.0"  # how the course measures has a version of its own: provenance.MEASUREMENT_METHOD
 
 
 def __getattr__(name):  # lazy imports keep `import course_utils` fast

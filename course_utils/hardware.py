@@ -1,4 +1,5 @@
-"""What this machine can do: device, memory, bf16 support, library versions, an environment report."""
+"""What this machine can do: device, memory, bf16 support, device profiles, library versions, an environment
+report. Which stored results are comparable is course_utils.provenance's."""
 
 from __future__ import annotations
 
@@ -301,8 +302,10 @@ def total_memory_bytes() -> int:
 
 
 @dataclass(frozen=True)
-class Environment:
-    """Where a measurement ran: enough to say whether two results are comparable."""
+class Machine:
+    """This machine as a measurement records it: device, memory, bf16, CUDA and the library versions. Which
+    stored results are comparable, and the course's own part of a result's provenance, are
+    course_utils.provenance's (its Environment is a Machine with them)."""
 
     device: str
     device_type: str
@@ -313,51 +316,40 @@ class Environment:
     driver: str | None
     versions: dict
 
-    @property
-    def key(self) -> str:
-        """Results measured with the same key are comparable (device and library versions)."""
-        import hashlib
-        import json
 
-        blob = json.dumps([self.device, self.versions], sort_keys=True)
-        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+def driver_version() -> str | None:
+    """The NVIDIA driver's version, from nvidia-smi, or None (no CUDA GPU, or no nvidia-smi)."""
+    import subprocess
+
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip().splitlines()[0]
+    except Exception:
+        return None
 
 
-def environment() -> Environment:
-    """Read the current environment."""
+def machine() -> Machine:
+    """Read this machine."""
     import torch
 
     cc = compute_capability()
-    driver = None
-    if torch.cuda.is_available():
-        try:
-            import subprocess
-
-            driver = subprocess.run(
-                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                capture_output=True, text=True, timeout=10,
-            ).stdout.strip().splitlines()[0]
-        except Exception:
-            driver = None
-    from . import MEASUREMENT_METHOD, __version__
-    from .models import tiny_fingerprint
-
-    course = {"course_utils": __version__, "measurement_method": str(MEASUREMENT_METHOD), "tiny_model": tiny_fingerprint()}
-    return Environment(
+    return Machine(
         device=device_name(),
         device_type=device_type(),
         total_memory_gib=round(total_memory_bytes() / GiB, 2),
         bf16=bf16_supported(),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         cuda=torch.version.cuda,
-        driver=driver,
-        versions={**versions(), **course},
+        driver=driver_version() if torch.cuda.is_available() else None,
+        versions=versions(),
     )
 
 
 def env_report() -> tuple[str, bool]:
     """The `course env` text, with [OK]/[FAIL] lines for what the chapter needs, and overall OK."""
-    env = environment()
+    env = machine()
     lines = [
         f"device:        {env.device}",
         f"memory:        {env.total_memory_gib:.1f} GiB",

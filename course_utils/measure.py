@@ -60,7 +60,7 @@ def measure(
     so it is only taken on a CPU. isolate=None: a fresh process on a GPU, this process on a CPU.
     """
     from .checks import check_runnable
-    from .hardware import environment
+    from .provenance import environment
 
     store = store or default_store()
     env = environment()
@@ -233,7 +233,7 @@ def _progress_bar(recipe: Recipe, enabled: bool):
 
 def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
     """A 'does not fit' result, for when the process died before it could write one."""
-    from .hardware import environment
+    from .provenance import environment
 
     env = environment()
     return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
@@ -302,8 +302,9 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Meas
     import torch
 
     from .build import build
-    from .hardware import GiB, device_type, environment, resolve_precision
+    from .hardware import GiB, device_type, resolve_precision
     from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
+    from .provenance import environment
 
     t0 = time.perf_counter()
     startup = _startup_s()

@@ -47,8 +47,8 @@ class Measurement:
 
     recipe: dict  # Recipe.to_dict()
     recipe_key: str
-    env: dict  # hardware.Environment as a dict
-    env_key: str
+    env: dict  # provenance.Environment as a dict
+    env_key: str  # provenance.Environment.key: results with the same one are comparable
     status: str  # "ok", or "does_not_fit" when it ran out of memory
     peak_bytes: int = 0  # tensor-level peak, steady state (after warm-up)
     peak_by_category: dict = field(default_factory=dict)  # category -> bytes at that peak

@@ -68,8 +68,9 @@ def peer_recipe(model: str, micro_batch: int, grad_accum: int, steps: int, versi
 
 
 def peer_environment():
-    """course_utils.hardware.environment() with the peer's own packages in its versions (and so in its key)."""
-    from course_utils.hardware import environment, installed
+    """course_utils.provenance.environment() with the peer's own packages in its versions (and so in its key)."""
+    from course_utils.hardware import installed
+    from course_utils.provenance import environment
 
     env = environment()
     extra = {k: v for k, v in installed(PEER_DISTRIBUTIONS).items() if v != "missing"}

@@ -168,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from course_utils.hardware import active_profile, environment
+    from course_utils.hardware import active_profile
     from course_utils.measure import _env_dict
+    from course_utils.provenance import environment
 
     if not torch.cuda.is_available() or active_profile() is None:
         print("t4_check needs a CUDA GPU to stand in for the T4", file=sys.stderr)

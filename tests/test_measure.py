@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from course_utils import measure as measure_mod
-from course_utils.hardware import environment
+from course_utils.provenance import environment
 from course_utils.measure import MeasurementError, measure, run_here
 from course_utils.memtrack import CATEGORIES
 from course_utils.models import ModelUnavailableError

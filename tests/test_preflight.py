@@ -256,7 +256,7 @@ def test_a_budget_in_scientific_notation_is_read():
 
 # --- issue 13: a speed from a busy machine is not trusted silently ------------------------------------
 def _measured(**timing):
-    from course_utils.hardware import environment
+    from course_utils.provenance import environment
     from course_utils.results import Measurement
 
     r, env = Recipe(), environment()

@@ -25,9 +25,8 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 
+from .common import shipped
 from .recipe import Recipe, source_chapter_recipe
 
 from .hardware import GiB
@@ -282,7 +281,7 @@ def peers(model: str = "llama-3.1-8b") -> dict:
     if measured:
         return {name: peer_summary([m for m in measured if peer_name(m) == name])
                 for name in dict.fromkeys(peer_name(m) for m in measured)}
-    path = Path(str(resources.files("course_utils") / "reference" / "beyond" / "peers.json"))
+    path = shipped("reference", "beyond", "peers.json")
     return json.loads(path.read_text()) if path.is_file() else {}
 
 

@@ -1,5 +1,5 @@
 """The low-level facts every layer shares, in one place: the byte units, the memory categories, where the
-course keeps what it builds, and where its shipped data lies. Imports nothing of the course's own.
+course keeps what it builds, and where its shipped files lie. Imports nothing of the course's own.
 """
 
 from __future__ import annotations
@@ -15,8 +15,15 @@ GiB = 1024**3
 # estimator predicts the first five ("other" is what no tag claims).
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
 
+
+def shipped(*parts: str) -> Path:
+    """A file (or folder) shipped inside the package, e.g. shipped("reference", "t4", "t4-check.jsonl"):
+    course_utils/<parts>, in a checkout and in an installed wheel alike. No parts: the package folder."""
+    return Path(__file__).resolve().parent.joinpath(*parts)
+
+
 # The shipped instruction data (course_utils/data), used when the hub's datasets cannot be reached.
-SHIPPED_DATA = Path(__file__).resolve().parent / "data" / "instructions.jsonl"
+SHIPPED_DATA = shipped("data", "instructions.jsonl")
 
 
 def course_home() -> Path:

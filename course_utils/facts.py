@@ -29,11 +29,11 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import SimpleNamespace
 
-MiB, GiB = 2**20, 2**30
+from .common import GiB, MiB, shipped
+
 PLACEHOLDER = re.compile(r"\{\{(.+?)\}\}", re.S)
 _SPEC = re.compile(r"^(.*\S)\s*:\s*([<>^=+\- #0-9,._%a-zA-Z]*)$", re.S)
 
@@ -353,7 +353,7 @@ _ARITH = re.compile(r"(\d[\d,]*(?:\.\d+)?)((?:\s*(?:[+x×*/−-])\s*\d[\d,]*(?:\
 @functools.lru_cache(maxsize=None)
 def source_chapter() -> str:
     """The source chapter's text, as shipped (course_utils/data/source_chapter.txt)."""
-    return resources.files("course_utils").joinpath("data/source_chapter.txt").read_text(encoding="utf-8")
+    return shipped("data", "source_chapter.txt").read_text(encoding="utf-8")
 
 
 def _quotes(text: str) -> list[tuple[int, int]]:
@@ -435,7 +435,7 @@ def unsourced(text: str) -> list[Unsourced]:
 
 
 # --- the texts the truth test reads -------------------------------------------------------------
-ROOT = Path(__file__).resolve().parents[1]  # a checkout: notebooks/ and README.md live beside the package
+ROOT = shipped().parent  # a checkout: notebooks/ and README.md live beside the package
 TEXT_KEYS = ("title", "prompt", "text", "explanation", "hint")
 # a block of Markdown between `<!-- name -->` and `<!-- /name -->` is a course function's output, which a test
 # keeps equal to that function (tests/test_readme.py, tests/test_t4check.py, tests/test_estimate.py)

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from .common import shipped
+
 TYPES = ("single", "multiple", "numeric")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 _BANK_KEYS = {"title", "questions"}
@@ -94,11 +96,11 @@ class Bank:
 # --- where the banks are -------------------------------------------------------------------------
 def quiz_dir() -> Path:
     """The folder of question banks: course_utils/quizzes/ in a wheel, else the checkout's quizzes/."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "quizzes", here.parent / "quizzes"):
+    wheel, checkout = shipped("quizzes"), shipped().parent / "quizzes"
+    for candidate in (wheel, checkout):
         if any(candidate.glob("*.yaml")):
             return candidate
-    raise FileNotFoundError(f"no question banks (*.yaml) in {here / 'quizzes'} or {here.parent / 'quizzes'}")
+    raise FileNotFoundError(f"no question banks (*.yaml) in {wheel} or {checkout}")
 
 
 def bank_names() -> list[str]:

@@ -17,14 +17,13 @@ import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .models import _file_lock, _lock_path
 from .recipe import Recipe
 from .tables import Column, Flagged, Note, Table, wrap
-from .common import CATEGORIES, GiB, MiB
+from .common import CATEGORIES, GiB, MiB, shipped
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
@@ -350,15 +349,13 @@ def default_store() -> ResultStore:
 def shipped_results(folder: str = "", name: str | None = None) -> list[Measurement]:
     """Measurements shipped in course_utils/reference/<folder> (every .jsonl file, or the one named), each
     marked with the file it came from."""
-    where = resources.files("course_utils") / "reference"
-    if folder:
-        where = where / folder
+    where = shipped("reference", folder)
     out: list[Measurement] = []
     if not where.is_dir():
         return out
     for item in sorted(where.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".jsonl") and (name is None or item.name == name):
-            for m in ResultStore(Path(str(item))).load():
+            for m in ResultStore(item).load():
                 m.source = f"reference: {folder + '/' if folder else ''}{item.name}"
                 out.append(m)
     return out

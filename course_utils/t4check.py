@@ -21,12 +21,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from .common import shipped
 from .hardware import PROFILES
 from .recipe import Recipe
 from .results import Measurement
 from .tables import wrap
 
-RECORDS = Path(__file__).parent / "reference" / "t4" / "t4-check.jsonl"
+RECORDS = shipped("reference", "t4", "t4-check.jsonl")
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
 T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4
 T4_PEAK_FLOPS = PROFILES["t4"].peak_flops

@@ -1,9 +1,11 @@
 """The low-level facts every layer shares, in one place: the byte units, the memory categories, where the
-course keeps what it builds, and where its shipped files lie. Imports nothing of the course's own.
+course keeps what it builds, where its shipped files lie, and the one file lock (models, results store).
+Imports nothing of the course's own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -31,3 +33,23 @@ def course_home() -> Path:
     home = os.environ.get("COURSE_HOME") or Path.home() / ".cache" / "memory-efficient-training"
     return Path(home)
 
+
+@contextlib.contextmanager
+def file_lock(path: Path):
+    """An exclusive lock on `path` (made with its folder where missing), held while the block runs: two processes
+    never build the same model, or rewrite the same results store, at once."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def lock_path(target: Path) -> Path:
+    """The lock beside a file or folder: its whole name + '.lock' (with_suffix would cut 'random-llama-3.1-8b'
+    at '.1-8b', so that every Llama 3 preset shared one lock)."""
+    return target.parent / f"{target.name}.lock"

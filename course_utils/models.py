@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from .common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
+from .common import file_lock as _file_lock, lock_path as _lock_path  # the package's one file lock
 
 TINY = "tiny"
 
@@ -112,22 +113,6 @@ def no_progress_bars():
             hf_logging.enable_progress_bar()
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """An exclusive lock, so two processes never build the same model at once."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-
-
 def tiny_fingerprint() -> str:
     """Changes whenever the tiny model's recipe or the shipped data change, so the cache rebuilds."""
     h = hashlib.sha256(json.dumps([TINY_CONFIG, TINY_VOCAB, TINY_SEED, 2], sort_keys=True).encode())
@@ -215,12 +200,6 @@ def shipped_token_count() -> int:
     with contextlib.suppress(OSError):
         cache.write_text(json.dumps({"tokens": tokens}))
     return tokens
-
-
-def _lock_path(target: Path) -> Path:
-    """The lock beside a model folder: its whole name + '.lock' (with_suffix would cut 'random-llama-3.1-8b'
-    at '.1-8b', so that every Llama 3 preset shared one lock)."""
-    return target.parent / f"{target.name}.lock"
 
 
 def preset_path(name: str, rebuild: bool = False) -> Path:

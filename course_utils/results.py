@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .models import _file_lock, _lock_path
 from .recipe import Recipe
 from .tables import Column, Flagged, Note, Table, wrap
-from .common import CATEGORIES, GiB, MiB, shipped
+from .common import CATEGORIES, GiB, MiB, file_lock, lock_path, shipped
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
@@ -205,8 +204,8 @@ def _check_recipe(recipe: Any, key: Any) -> None:
 
 
 def _locked(path: Path) -> contextlib.AbstractContextManager[None]:
-    """Hold an exclusive lock beside the store while we rewrite it (the package's one file lock, models')."""
-    return _file_lock(_lock_path(path))
+    """Hold an exclusive lock beside the store while we rewrite it (common.file_lock, the package's one)."""
+    return file_lock(lock_path(path))
 
 
 class ResultStore:
@@ -298,7 +297,7 @@ class ResultStore:
         self._check_shape()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(_lock_path(self.path), "a"):
+            with open(lock_path(self.path), "a"):
                 pass
             fd, tmp = tempfile.mkstemp(prefix=".results-check-", dir=self.path.parent)
             os.close(fd)

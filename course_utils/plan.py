@@ -289,6 +289,8 @@ class PlanRow:
     needed: int
     fits: bool
     speed: Speed
+    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (plan_multi.py)
+    gpus: int = 1
 
 
 @dataclass(frozen=True)
@@ -297,9 +299,10 @@ class Plan:
 
     model: str
     seq: int
-    budget: int
+    budget: int  # per GPU
     hardware: str
     rows: list[PlanRow]
+    gpus: int = 1
 
     @property
     def fitting(self) -> list[PlanRow]:
@@ -317,6 +320,9 @@ class Plan:
     def rule(self) -> str:
         """What the plan assumes, one paragraph a line: the model and hardware, the fitting rule, where speeds
         come from."""
+        if self.gpus > 1:
+            from .plan_multi import multi_rule
+            return multi_rule(self)
         hw = get_hardware(self.hardware)
         lines = [f"Budget planner: {self.model}, sequence {self.seq}, effective batch {EFFECTIVE_BATCH}, on {hw.name}.",
                  f"Budget {self.budget / GiB:.2f} GiB. A recipe fits when its estimated peak x {MARGIN_FACTOR} + "
@@ -332,7 +338,10 @@ class Plan:
 
     def table(self, show: int | None = None) -> Table:
         """The plan as a Table (course_utils.tables): the rule above it, the fitting recipes (the first `show`),
-        fastest first, the pick marked *, and below it the pick, or why nothing fits."""
+        fastest first, the pick marked *, and below it the pick, or why nothing fits. On several GPUs: plan_multi."""
+        if self.gpus > 1:
+            from .plan_multi import multi_table
+            return multi_table(self, show)
         columns = [Column("pick", short=" "), Column("recipe", wrap=True), Column("estimate", "GiB", ".2f"),
                    Column("needed", "GiB", ".2f"), Column("tokens/s", fmt=",.0f"), Column("speed from", wrap=True)]
         fitting, pick = self.fitting, self.pick
@@ -386,8 +395,10 @@ class Plan:
 
 
 def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardware: str = "gpu",
-         references: list | None = None) -> Plan:
-    """Estimate every candidate recipe for `model`, mark what fits `budget`, and attach each one's speed."""
+         references: list | None = None, gpus: int | None = None) -> Plan:
+    """Estimate every candidate recipe for `model`, mark what fits `budget`, and attach each one's speed. On several
+    GPUs (`gpus`, or a budget such as "2 x 15 GiB": the budget is per GPU) DDP and FSDP variants: plan_multi.py."""
+    from .plan_multi import multi_gpu_rows, parse_gpu_budget
     from .results import all_reference_results
 
     hw = get_hardware(hardware)
@@ -395,7 +406,12 @@ def plan(model: str, budget: int | str | None = None, *, seq: int = 512, hardwar
         if hw.memory_gib is None:
             raise BudgetError(f"Give a budget (e.g. 16GiB); {hw.name} has no fixed memory size.")
         budget = int(hw.memory_gib * GiB)
-    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
+    counted, budget_bytes = parse_gpu_budget(budget) if isinstance(budget, str) else (1, int(budget))
+    if gpus is not None and counted not in (1, gpus):
+        raise BudgetError(f"The budget {budget!r} is for {counted} GPUs but gpus={gpus}; give one of them.")
+    if (gpus or counted) > 1:  # the budget is per GPU
+        n = gpus or counted
+        return Plan(model, seq, budget_bytes, hardware, multi_gpu_rows(model, n, budget_bytes, seq, hardware), gpus=n)
     refs = all_reference_results() if references is None else references
     rows = []
     for recipe in candidate_recipes(model, seq, precision=hw.auto_precision):

@@ -249,7 +249,7 @@ def test_course_estimate_tiny_and_errors(tiny_model, capsys):
 
 
 # --- the package's layout ------------------------------------------------------------------------
-LAYERS = ("shapes", "terms", "activations", "peak", "reports")  # each imports only those before it
+LAYERS = ("shapes", "terms", "activations", "peak", "reports", "distributed")  # each imports only those before it
 
 
 def test_estimate_modules_are_small_and_import_down_the_layers():

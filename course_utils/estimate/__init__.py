@@ -37,6 +37,7 @@ devices an estimate assumes, `Hardware` and `HARDWARE`, and of `resolve_precisio
 - `activations`: activations and temporaries.
 - `peak`: the candidate moments, `estimate()` and its `Estimate`, CUDA's own memory beside it.
 - `reports`: the chapter's memory table, the tiny model's check recipes, estimate against measurement.
+- `distributed`: per-GPU memory on several GPUs under DDP or FSDP (`estimate_distributed`), from the terms above.
 
 Every name is importable from `course_utils.estimate` itself.
 """
@@ -54,6 +55,10 @@ from .peak import (CUBLAS_HANDLES, KERNEL_SCRATCH_PER_TOKEN, Estimate, candidate
 from .reports import (CHAPTER_CLAIMS, NOT_MEMORY_FIELDS, SHORT_NAMES, TABLE_MODELS, ExpectedCell, ExpectedRow,
                       comparison_header, comparison_lines, expected_memory_table, format_expected_table,
                       percent_error, reference_for, same_setup, tiny_check_recipes, without_optimization_recipe)
+from .distributed import (ANCHOR_GB_PER_GPU, DDP_BUCKET_CAP_MB, FSDP_PREFETCHED_UNITS, STRATEGIES,
+                          DistributedEstimate, ShardedTerm, anchor_check, anchor_lines, anchor_recipe, ddp_bucket_term,
+                          estimate_distributed, fsdp_moment_terms, fsdp_static_terms, layer_gather_term,
+                          layer_unit_bytes, reduce_scatter_term, root_gather_term, run_recipe)
 from .shapes import EstimateError, Shapes, load_config, model_shapes, shapes_from_config
 from .terms import (ATTENTION_INPUTS, BNB_8BIT_BLOCK, BNB_32BIT, BNB_MIN_8BIT_SIZE, BNB_PAGE_MIN, BNB_QMAP_BYTES,
                     CATEGORIES, DQ_CODE_BYTES, LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, NF4_BLOCK, NF4_CODE_BYTES,

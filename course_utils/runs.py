@@ -53,7 +53,8 @@ class Results(list):
 
 def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
                 isolate: bool | None = None, skip: dict[int, str] | None = None, desc: str = "recipes",
-                timeout_s: float | None = None, keep_going: bool = False, after_each=None) -> Results:
+                timeout_s: float | None = None, keep_going: bool = False, after_each=None,
+                stop_when=None) -> Results:
     """Measure each recipe with measure(), in order; the one loop every driver of the course sits on.
 
     skip: {position: why} for recipes not to measure (their Outcome keeps the reason). Every other recipe is
@@ -62,6 +63,7 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
     keep_going=True: a run that fails (MeasurementError, not 'does not fit') is skipped with its error, and
     the rest are measured. after_each(results so far) is called after each recipe (scripts print there).
     desc names the progress bar over the recipes (progress=False: no bars).
+    stop_when(outcome) -> a reason, or None: once it gives a reason, every later recipe is skipped with it.
     """
     from tqdm.auto import tqdm
 
@@ -77,13 +79,15 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
             check_runnable(recipe)
     results = Results()
     bar = tqdm(recipes, desc=desc, unit="recipe", disable=not progress)
+    stopped = ""
     for i, recipe in enumerate(bar):
         bar.set_postfix_str(recipe.name[:30])
-        if i in skip:
-            results.append(Outcome(recipe, None, skip[i]))
+        if i in skip or stopped:
+            results.append(Outcome(recipe, None, skip.get(i, stopped)))
         else:
             results.append(_measure_one(recipe, keep_going, store=store, force=force, progress=progress,
                                         isolate=isolate, timeout_s=timeout_s))
+            stopped = (stop_when(results[-1]) if stop_when is not None else None) or ""
         if after_each is not None:
             after_each(results)
     return results
@@ -149,12 +153,30 @@ def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
     return f"its change ({said}) is already in the rung above: same recipe"
 
 
+GROWING = ("max_seq_length", "micro_batch")  # knobs whose memory only grows with the value
+
+
 def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,
           progress: bool = True) -> list[Measurement]:
-    """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512).
+    """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512), one
+    Measurement per value, in order.
 
     By default (isolate=None) the runs share this process on a CPU (tensor-level figures are the
     same as in a fresh process, and a sweep takes seconds, not minutes); on a GPU each is isolated.
+    For a knob in GROWING with rising values, once one value does not fit the larger ones are not run
+    (their memory only grows): each is a 'does not fit' result that says so, and is not stored.
     """
+    from .measure import _does_not_fit
+
+    values = list(values)
     recipes = [base.with_(**{knob: value}, label=f"{knob}={value}") for value in values]
-    return measure_all(recipes, store=store, progress=progress, isolate=isolate, desc=f"{knob} sweep").measured
+    rising = knob in GROWING and values == sorted(values)
+
+    def stop_when(o):
+        if rising and o.measurement is not None and not o.measurement.fits:
+            return f"not run: {o.label} did not fit, and a larger {knob} needs more memory"
+        return None
+
+    results = measure_all(recipes, store=store, progress=progress, isolate=isolate, desc=f"{knob} sweep",
+                          stop_when=stop_when)
+    return [o.measurement or _does_not_fit(o.recipe, o.skipped) for o in results]

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from course_utils import after
+from course_utils import after, merging
 from course_utils.after import AdapterError
 from course_utils.recipe import Recipe, RecipeError
 from course_utils.tables import WIDTH
@@ -131,8 +131,8 @@ def test_a_model_that_cannot_load_is_one_line_from_the_child(saved, capsys):
 
 # --- 3. merging ----------------------------------------------------------------------------------
 def test_merging_into_a_4bit_base_requantizes_and_rounds(saved):
-    merged = after.merge_adapter(saved.folder, load_in_4bit=True)
-    estimate = after.merge_estimate("tiny", load_in_4bit=True, weight_bytes=4)
+    merged = merging.merge_adapter(saved.folder, load_in_4bit=True)
+    estimate = merging.merge_estimate("tiny", load_in_4bit=True, weight_bytes=4)
     assert any("rounding errors" in w for w in merged.warnings)  # peft 0.21's warning
     assert merged.stored_as.startswith("Linear4bit: torch.uint8")  # re-quantized: still NF4
     assert merged.bytes_after == estimate["merged"]
@@ -143,13 +143,13 @@ def test_merging_into_a_4bit_base_requantizes_and_rounds(saved):
 
 
 def test_merging_into_an_fp32_base_keeps_the_adapter_exactly(saved):
-    merged = after.merge_adapter(saved.folder, load_in_4bit=False)
-    estimate = after.merge_estimate("tiny", load_in_4bit=False, weight_bytes=4)
+    merged = merging.merge_adapter(saved.folder, load_in_4bit=False)
+    estimate = merging.merge_estimate("tiny", load_in_4bit=False, weight_bytes=4)
     assert not merged.warnings and merged.stored_as == "Linear: torch.float32"
     assert merged.bytes_after == estimate["merged"]
     assert merged.peak_bytes == pytest.approx(estimate["peak"], rel=0.02)
     assert merged.logit_change["merge"] < 1e-4 * merged.logit_change["adapter"]
-    text = folded(after.format_merge([merged], [estimate, after.merge_estimate("llama-3.1-8b", False, 2)]))
+    text = folded(merging.format_merge([merged], [estimate, merging.merge_estimate("llama-3.1-8b", False, 2)]))
     assert "32-bit base of tiny" in text and "16-bit base of llama-3.1-8b" in text
 
 
@@ -157,14 +157,26 @@ def test_merge_estimate_is_the_shapes_arithmetic():
     from course_utils.estimate import model_shapes
 
     s = model_shapes("llama-3.1-8b")
-    bf16 = after.merge_estimate("llama-3.1-8b", load_in_4bit=False, weight_bytes=2)
-    nf4 = after.merge_estimate("llama-3.1-8b", load_in_4bit=True, weight_bytes=2)
+    bf16 = merging.merge_estimate("llama-3.1-8b", load_in_4bit=False, weight_bytes=2)
+    nf4 = merging.merge_estimate("llama-3.1-8b", load_in_4bit=True, weight_bytes=2)
     assert bf16["merged"] == 2 * s.total_params + s.buffer_bytes
     assert bf16["lora"] == 4 * s.layers * 16 * sum(i + o for n, i, o in s.layer_linears if n.endswith(
         ("q_proj", "k_proj", "v_proj", "o_proj")))
     assert nf4["merged"] < bf16["merged"] / 2
     with pytest.raises(AdapterError, match="none of the LoRA targets"):
-        after.merge_estimate("tiny", True, 4, targets=("nope",))
+        merging.merge_estimate("tiny", True, 4, targets=("nope",))
+
+
+def test_a_merge_whose_estimate_does_not_fit_the_card_is_not_started(saved, monkeypatch):
+    from course_utils import hardware
+
+    monkeypatch.setattr(hardware, "device_type", lambda: "cuda")  # a GPU with less free than the merge needs
+    estimate = merging.merge_estimate("tiny", load_in_4bit=False)
+    monkeypatch.setattr(hardware, "available_bytes", lambda: estimate["peak"] - 1)
+    merged = merging.merge_adapter(saved.folder, load_in_4bit=False)
+    assert merged.skipped.startswith("not run here: its estimated peak") and merged.peak_bytes == 0
+    text = folded(merging.format_merge([merged], [estimate]))
+    assert "not run here" in text and f"peak {merging.fmt(estimate['peak'])}" in text
 
 
 # --- 4. memory stats -----------------------------------------------------------------------------

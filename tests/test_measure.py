@@ -293,6 +293,24 @@ def test_run_ladder_and_sweep_sit_on_measure_all(measured_here, tiny_model):
     assert [m.label for m in points] == ["max_seq_length=16", "max_seq_length=32"]
 
 
+def test_a_sweep_stops_running_once_a_growing_knob_does_not_fit(monkeypatch, tiny_model):
+    seen = []
+
+    def stub(recipe, **how):  # 32 and more do not fit
+        seen.append(recipe.max_seq_length)
+        m = measure_mod._as_asked(_stub(recipe), recipe)
+        return dataclasses.replace(m, status="does_not_fit") if recipe.max_seq_length >= 32 else m
+
+    monkeypatch.setattr(measure_mod, "measure", stub)
+    points = measure_mod.sweep(BASE, "max_seq_length", (16, 32, 48, 64), progress=False)
+    assert seen == [16, 32] and [m.fits for m in points] == [True, False, False, False]
+    assert [m.label for m in points] == [f"max_seq_length={n}" for n in (16, 32, 48, 64)]
+    assert "max_seq_length=32 did not fit" in points[2].error and points[3].recipe["max_seq_length"] == 64
+    seen.clear()  # falling values, or a knob whose memory need not grow: every value runs
+    measure_mod.sweep(BASE, "max_seq_length", (64, 48, 32, 16), progress=False)
+    assert seen == [64, 48, 32, 16]
+
+
 def test_a_stored_result_comes_back_with_the_asked_label(tmp_path):
     store = ResultStore(tmp_path / "results.jsonl")
     recipe = BASE.with_(label="first")

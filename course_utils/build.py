@@ -133,12 +133,23 @@ def quantization_config(recipe: Recipe, precision: str):
     from transformers import BitsAndBytesConfig
 
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    # FSDP shards float tensors only: under it the packed 4-bit weights are stored in the model's dtype
+    # (FSDP-QLoRA); on one GPU they stay in bitsandbytes' default uint8
+    storage = torch_dtype(precision, full_finetune=False) if fsdp_enabled() else torch.uint8
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
         bnb_4bit_compute_dtype=compute,
         bnb_4bit_use_double_quant=recipe.double_quant,
+        bnb_4bit_quant_storage=storage,
     )
+
+
+def fsdp_enabled() -> bool:
+    """True in a process that `accelerate launch` started with an FSDP config (course_utils.distributed)."""
+    import os
+
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
 def load_model(recipe: Recipe, precision: str):
@@ -152,7 +163,8 @@ def load_model(recipe: Recipe, precision: str):
     from .models import hub_error
 
     source = resolve_model(recipe.model)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    # this process's GPU: under `accelerate launch` each rank has set its own (distributed_rank.py)
+    device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
     apply_profile()  # under a device profile (COURSE_PROFILE=t4): its attention kernels and memory cap
     local = Path(source).is_dir()  # a download keeps its progress bar; a local load's bar would pile up
     try:
@@ -161,7 +173,7 @@ def load_model(recipe: Recipe, precision: str):
                 source,
                 dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
                 quantization_config=quantization_config(recipe, precision),
-                device_map={"": device},
+                device_map=None if fsdp_enabled() else {"": device},  # FSDP places (and shards) the weights
             )
     except OSError as exc:  # a hub id that is gated, unknown or unreachable: one line that says what to do
         if local:

@@ -286,18 +286,19 @@ def check_sane(recipe: Recipe, probe) -> None:
             f"was stored. Lower learning_rate (now {recipe.learning_rate}), or use fp32/bf16 instead of fp16.")
 
 
-def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False) -> Measurement:
+def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None) -> Measurement:
     """Build and train the recipe in this process and measure it (measure() calls this in a child).
     report_progress: True prints progress lines for a parent; a callable gets (step, seconds) per step
-    and, if it has one, its close() at the end."""
+    and, if it has one, its close() at the end. on_built: called with the build.Built before training
+    (distributed.py's ranks add their callbacks and hooks there, and keep the trainer to save the adapter)."""
     try:
-        return _run_here(recipe, budget_gib, report_progress)
+        return _run_here(recipe, budget_gib, report_progress, on_built)
     finally:
         if hasattr(report_progress, "close"):
             report_progress.close()
 
 
-def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Measurement:
+def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_built=None) -> Measurement:
     """run_here's body."""
     import torch
 
@@ -335,6 +336,8 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress) -> Meas
             p.register_post_accumulate_grad_hook(probe.grad_ready)
     status, error = "ok", ""
     try:
+        if on_built is not None:
+            on_built(built)
         built.trainer.train()
     except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
         status = "does_not_fit"

@@ -29,6 +29,7 @@ STATUSES = ("ok", "does_not_fit")
 NOISY_SPREAD = 0.5  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
 NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
+STRATEGIES = ("", "ddp", "fsdp", "fsdp_offload")  # how a run used several processes (distributed.py); "" for one
 
 
 class ResultLineError(ValueError):
@@ -68,6 +69,9 @@ class Measurement:
     source: str = "measured here"  # or "reference: <file>" for shipped results
     run_id: str = ""  # the measurement run it belongs to ($COURSE_RUN_ID): ratios are taken within one run
     timing: dict = field(default_factory=dict)  # how steady the timed steps were: see Measurement.noisy
+    gpus: int = 1  # processes that trained together (one per GPU; on a CPU, gloo processes): distributed.py
+    strategy: str = ""  # "" for one process, else "ddp", "fsdp" or "fsdp_offload" (see STRATEGIES)
+    per_rank: list = field(default_factory=list)  # one dict per rank (peaks, tokens, tokens/s); [] for one process
     cached: bool = field(default=False, compare=False)
 
     @property
@@ -181,6 +185,11 @@ _RULES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("timing",), lambda v: isinstance(v, dict) and all(isinstance(k, str) and _is_finite(x) and x >= 0
                                                         for k, x in v.items()),
      "must map names to finite numbers, 0 or more"),
+    (("gpus",), lambda v: _is_count(v) and v >= 1, "must be a whole number, 1 or more"),
+    (("strategy",), lambda v: isinstance(v, str) and v in STRATEGIES, f"must be one of {STRATEGIES}"),
+    (("per_rank",), lambda v: isinstance(v, list) and all(isinstance(r, dict) and all(
+        isinstance(k, str) and (x is None or isinstance(x, str) or (_is_finite(x) and x >= 0)) for k, x in r.items())
+        for r in v), "must be a list of objects mapping names to text, null or finite numbers, 0 or more"),
 )
 
 
@@ -248,9 +257,11 @@ class ResultStore:
             )
             return None
 
-    def find(self, recipe: Recipe, env_key: str) -> Measurement | None:
-        """The latest measurement of this recipe in this environment, if any."""
-        hits = [m for m in self.load() if m.recipe_key == recipe.key and m.env_key == env_key]
+    def find(self, recipe: Recipe, env_key: str, gpus: int = 1, strategy: str = "") -> Measurement | None:
+        """The latest measurement of this recipe in this environment, if any (on `gpus` processes with that
+        strategy: a one-process run is never answered with a distributed one, nor the other way round)."""
+        hits = [m for m in self.load() if m.recipe_key == recipe.key and m.env_key == env_key
+                and m.gpus == gpus and m.strategy == strategy]
         return hits[-1] if hits else None
 
     def add(self, measurement: Measurement) -> None:

@@ -262,3 +262,50 @@ def precision_points(measured: list, skipped: dict) -> list:
     if device_type() == "cpu" and bf16_supported():
         shown.append(measure(shown[-1].recipe_obj.with_(precision="bf16", label="bf16 (this CPU, for the bytes)")))
     return shown
+
+
+def tf32_reference() -> list:
+    """Notebook 04: the shipped TF32 run (course_utils/reference/tf32, scripts/reference_runs.py --set
+    tf32-llama-3.1-8b): LoRA on the Llama-3.1-8B architecture in fp32, fp32 with TF32 matmuls, and bf16,
+    measured in one run on one GPU, so their speeds can be compared."""
+    from .results import shipped_results
+
+    return shipped_results("tf32", "llama-3.1-8b.jsonl")
+
+
+def tf32_run(kind: str):
+    """Notebook 04 and its quiz: the shipped TF32 run's 'fp32', 'tf32' or 'bf16' Measurement."""
+    by = {("tf32" if m.recipe.get("tf32") else m.precision): m for m in tf32_reference()}
+    if kind not in by:
+        raise KeyError(f"no TF32 reference run {kind!r}; there are: {sorted(by)}")
+    return by[kind]
+
+
+def tf32_summary(runs: list | None = None) -> str:
+    """Notebook 04: what TF32 did in the shipped run, every figure read from it: the same bytes as fp32 (TF32
+    changes how a matmul multiplies, not what is stored), the speed against fp32 and bf16, the final losses;
+    and whether this machine can use it (compute capability 8.0 or more)."""
+    from .hardware import compute_capability, device_type
+
+    runs = tf32_reference() if runs is None else runs
+    by = {("tf32" if m.recipe.get("tf32") else m.precision): m for m in runs}
+    fp32, tf32, bf16 = by["fp32"], by["tf32"], by["bf16"]
+    if not len({m.run_id for m in (fp32, tf32, bf16)}) == 1:
+        raise ValueError("the TF32 reference runs come from different measurement runs: their speeds do not compare")
+    gib = lambda m: m.cuda_max_allocated / GiB  # noqa: E731
+    same = ("the same bytes" if tf32.cuda_max_allocated == fp32.cuda_max_allocated
+            else f"x{gib(tf32) / gib(fp32):.3f} of fp32's bytes")
+    cc = compute_capability()
+    here = ("this machine has no CUDA GPU: TF32 is a GPU setting" if device_type() != "cuda" else
+            f"this GPU is compute capability {cc[0]}.{cc[1]}: " +
+            ("it has TF32 (Recipe(tf32=True))" if cc >= (8, 0) else "no TF32 (it needs 8.0: Ampere or later)"))
+    lines = [f"On {fp32.env['device']} ({fp32.date[:10]}, run {fp32.run_id}), LoRA on {fp32.recipe['model']}, "
+             f"{fp32.recipe['micro_batch']}x{fp32.recipe['grad_accum']}, sequence {fp32.recipe['max_seq_length']}:",
+             f"- fp32: {gib(fp32):.2f} GiB allocated at the peak, {fp32.tokens_per_s:,.0f} tokens/s, "
+             f"final loss {fp32.losses[-1]:.3f}",
+             f"- fp32 + TF32: {gib(tf32):.2f} GiB ({same}), {tf32.tokens_per_s:,.0f} tokens/s "
+             f"(x{tf32.tokens_per_s / fp32.tokens_per_s:.2f} of fp32), final loss {tf32.losses[-1]:.3f}",
+             f"- bf16: {gib(bf16):.2f} GiB (x{gib(bf16) / gib(fp32):.2f} of fp32), {bf16.tokens_per_s:,.0f} tokens/s "
+             f"(x{bf16.tokens_per_s / fp32.tokens_per_s:.2f}), final loss {bf16.losses[-1]:.3f}",
+             f"Here: {here}."]
+    return wrap("\n".join(lines), indent="  ")

@@ -83,3 +83,29 @@ def test_paging_pages_nothing_of_lora_and_nearly_all_of_a_full_fine_tune():
     # measured: paged state leaves PyTorch's allocator, the training does not change
     assert full[1].peak_by_category["optimizer"] < full[0].peak_by_category["optimizer"] / 10
     assert full[1].losses == full[0].losses
+
+
+def test_the_tf32_reference_ships_with_provenance_and_the_text_follows_it():
+    import dataclasses
+
+    from course_utils.lessons import tf32_reference, tf32_summary
+
+    runs = tf32_reference()
+    assert sorted(m.label for m in runs) == ["LoRA bf16, no ckpt, 1x16", "LoRA fp32 + TF32, no ckpt, 1x16",
+                                             "LoRA fp32, no ckpt, 1x16"]
+    for m in runs:  # hardware, versions, command, date, one run
+        assert m.env["device_type"] == "cuda" and m.env["versions"]["torch"] and m.fits
+        assert m.command.startswith("reference_runs.py --set tf32-llama-3.1-8b") and m.date.startswith("20")
+    assert len({m.run_id for m in runs}) == 1
+    text = tf32_summary(runs)
+    fp32, tf32 = (next(m for m in runs if m.label == name) for name in runs_names())
+    assert f"x{tf32.tokens_per_s / fp32.tokens_per_s:.2f} of fp32" in text and "the same bytes" in text
+    faster = [dataclasses.replace(m, tokens_per_s=m.tokens_per_s * (3 if m is tf32 else 1)) for m in runs]
+    assert f"x{3 * tf32.tokens_per_s / fp32.tokens_per_s:.2f} of fp32" in tf32_summary(faster)
+    mixed = [dataclasses.replace(m, run_id="other" if m is tf32 else m.run_id) for m in runs]
+    with pytest.raises(ValueError, match="different measurement runs"):
+        tf32_summary(mixed)
+
+
+def runs_names() -> tuple[str, str]:
+    return "LoRA fp32, no ckpt, 1x16", "LoRA fp32 + TF32, no ckpt, 1x16"

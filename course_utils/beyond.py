@@ -92,7 +92,7 @@ def path_here(model: str) -> list[Recipe]:
     and the fast one with activations on CPU too.
 
     On a GPU without bf16 (a T4, or the T4 profile) every recipe trains in fp16 instead of bf16.
-    On a CPU (the embedded tiny model) the source recipe is scaled down: 1 x 8 x 256 tokens, 4 steps (1
+    On a CPU (the embedded tiny model) the source recipe is scaled down: 1 x 8 x 128 tokens, 4 steps (1
     warm-up, 1 tracked, 2 timed), learning rate 1e-3, in bf16 where the CPU has it (else fp32, where there is no upcast to remove).
     Lean is 2 x 4 and fast 8 x 1 there: the same tokens per optimizer step.
     """
@@ -100,7 +100,7 @@ def path_here(model: str) -> list[Recipe]:
 
     if device_type() == "cpu":
         return path_from(source_chapter_recipe(model).with_(
-            grad_accum=8, max_seq_length=256, steps=4, warmup_steps=1, learning_rate=1e-3,
+            grad_accum=8, max_seq_length=128, steps=4, warmup_steps=1, learning_rate=1e-3,
             precision="bf16" if bf16_supported() else "fp32", label="source recipe (1x8)"))
     src = source(model)
     if not bf16_supported():  # a T4: the same changes in fp16, where each of them can run

@@ -31,13 +31,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from .common import shipped
 from .hardware import HardwareError
-from .measure import (TEMP_PREFIXES, MeasurementError, _progress_bar, _read_child_result, child_env, temp_folder)
-from .probe import PROGRESS
+from .measure import (TEMP_PREFIXES, MeasurementError, _progress_bar, _read_child_result, child_env, relay,
+                      temp_folder)
 from .provenance import environment
 from .recipe import Recipe, RecipeError
 from .results import STRATEGIES as _STORED_STRATEGIES, Measurement, ResultStore, default_store
@@ -175,38 +174,10 @@ def _run_ranks(recipe: Recipe, gpus: int, strategy: str, device: str, out: Path,
     for old in out.glob("rank*.json"):  # a kept folder from an earlier run: only this run's records count
         old.unlink()
     cmd = launch_command(recipe, gpus, strategy, out, save_adapter=save_adapter, first_step=first_step)
-    log: list[str] = []
-    bar = _progress_bar(recipe, progress)
     # a session of its own, so that a timeout stops accelerate, torchrun and every rank together
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=launch_env(recipe, gpus, device), start_new_session=True)
-    timed_out = threading.Event()
-
-    def stop() -> None:
-        timed_out.set()
-        _kill_group(proc)
-
-    watchdog = threading.Timer(timeout_s, stop) if timeout_s else None
-    if watchdog is not None:
-        watchdog.start()
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith(PROGRESS):
-                if bar is not None:
-                    bar(*line.split()[1:3])
-            else:
-                log.append(line)
-        code = proc.wait()
-    finally:
-        if watchdog is not None:
-            watchdog.cancel()
-        if bar is not None:
-            bar.close()
-        if proc.poll() is None:
-            _kill_group(proc)
-            proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
-    if timed_out.is_set():
+    code, log, timed_out = relay(cmd, launch_env(recipe, gpus, device), _progress_bar(recipe, progress), timeout_s,
+                                 kill=_kill_group, new_session=True)
+    if timed_out:
         raise MeasurementError(f"the {gpus}-process run of {recipe.name!r} took longer than {timeout_s} s; stopped it.")
     records = {}
     for path in out.glob("rank*.json"):

@@ -133,36 +133,8 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         if budget_gib is not None:
             cmd += ["--budget-gib", str(budget_gib)]
         env = child_env(recipe)
-        log: list[str] = []
-        bar = _progress_bar(recipe, progress)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        timed_out = threading.Event()
-
-        def stop() -> None:
-            timed_out.set()
-            proc.kill()
-
-        watchdog = threading.Timer(timeout_s, stop) if timeout_s else None  # a silent hang is stopped too
-        if watchdog is not None:
-            watchdog.start()
-        try:
-            for line in proc.stdout:  # type: ignore[union-attr]
-                if line.startswith(PROGRESS):
-                    if bar is not None:
-                        bar(*line.split()[1:3])
-                else:
-                    log.append(line)
-            code = proc.wait()
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
-            if bar is not None:
-                bar.close()
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()  # type: ignore[union-attr]
-        if timed_out.is_set():
+        code, log, timed_out = relay(cmd, env, _progress_bar(recipe, progress), timeout_s)
+        if timed_out:
             raise MeasurementError(f"measuring {recipe.name!r} took longer than {timeout_s} s; stopped it.")
         if out.exists():
             return _read_child_result(json.loads(out.read_text()))
@@ -170,6 +142,44 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         if code in (-9, 137):  # the kernel's out-of-memory killer on CPU
             return _does_not_fit(recipe, "the training process was killed (out of host memory)")
         raise MeasurementError(f"measuring {recipe.name!r} failed (exit code {code}). Last lines of its log:\n{tail}")
+
+
+def relay(cmd: list[str], env: dict, bar, timeout_s: float | None, kill=None,
+          new_session: bool = False) -> tuple[int, list[str], bool]:
+    """Run a measuring process: its progress lines go to `bar` (a _StepBar, or None), every other line is kept
+    as its log; past timeout_s it is stopped with kill(proc) (default proc.kill(); distributed.py stops a whole
+    process group, started with new_session=True). Returns (exit code, log lines, whether it timed out)."""
+    kill = kill or (lambda p: p.kill())
+    log: list[str] = []
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=new_session)
+    timed_out = threading.Event()
+
+    def stop() -> None:
+        timed_out.set()
+        kill(proc)
+
+    watchdog = threading.Timer(timeout_s, stop) if timeout_s else None  # a silent hang is stopped too
+    if watchdog is not None:
+        watchdog.start()
+    try:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith(PROGRESS):
+                if bar is not None:
+                    bar(*line.split()[1:3])
+            else:
+                log.append(line)
+        code = proc.wait()
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        if bar is not None:
+            bar.close()
+        if proc.poll() is None:
+            kill(proc)
+            proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    return code, log, timed_out.is_set()
 
 
 CHILD_ERRORS = ("RecipeError", "HardwareError", "ModelUnavailableError", "MeasurementError")

@@ -60,7 +60,7 @@ from ..hardware import GiB, MiB, Hardware, get_hardware, resolve_precision
 from ..recipe import Recipe
 from ..tables import wrap
 from .activations import optimizer_step_temporaries
-from .peak import Estimate, candidate_moments, estimate, fmt_bytes
+from .peak import Estimate, TermSum, candidate_moments, estimate, fmt_bytes
 from .shapes import EstimateError, model_shapes, shapes_from_config
 from .terms import (CATEGORIES, Setup, Term, attention_kernel, dtypes_for, gradient_terms, lora_params,
                     optimizer_terms, parameter_terms, trainable_bytes_per_element, trainable_tensors)
@@ -91,7 +91,7 @@ def shard(t: Term, gpus: int, name: str | None = None) -> ShardedTerm:
 
 
 @dataclass
-class DistributedEstimate:
+class DistributedEstimate(TermSum):
     """Predicted peak memory of one GPU of N in one training step, term by term."""
 
     recipe: Recipe  # as the run uses it (FSDP-QLoRA: every weight in the storage dtype)
@@ -116,30 +116,8 @@ class DistributedEstimate:
         """CUDA libraries' own memory, per rank (the single-GPU term: each rank has its own cuBLAS handles)."""
         return self.single.cuda_extra
 
-    @property
-    def per_gpu_bytes(self) -> int:
-        """The predicted peak of one GPU: the sum of every term."""
-        return sum(t.nbytes for t in self.terms)
-
-    peak_bytes = per_gpu_bytes  # the name the planner and Estimate use
-
-    @property
-    def per_gpu_gib(self) -> float:
-        return self.per_gpu_bytes / GiB
-
-    peak_gib = per_gpu_gib
-
-    @property
-    def cuda_allocated_bytes(self) -> int:
-        """What torch.cuda.max_memory_allocated should read on each rank."""
-        return self.per_gpu_bytes + (self.cuda_extra.nbytes if self.cuda_extra else 0)
-
-    @property
-    def by_category(self) -> dict[str, int]:
-        out = dict.fromkeys(CATEGORIES, 0)
-        for t in self.terms:
-            out[t.category] += t.nbytes
-        return out
+    per_gpu_bytes = TermSum.peak_bytes  # the predicted peak of one GPU: the sum of every term
+    per_gpu_gib = TermSum.peak_gib
 
     @property
     def sharded_terms(self) -> list[ShardedTerm]:

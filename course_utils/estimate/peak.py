@@ -22,18 +22,12 @@ from .terms import (BNB_PAGE_MIN, CATEGORIES, Setup, Term, attention_kernel, dty
 # ---------------------------------------------------------------------------------------------
 # the result
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class Estimate:
-    """Predicted peak memory of one training step, term by term."""
+class TermSum:
+    """What a list of terms adds up to (an Estimate's, and estimate.distributed's per GPU): needs `terms` and
+    `cuda_extra`."""
 
-    recipe: Recipe
-    hardware: Hardware
-    precision: str  # the resolved precision
-    moment: str  # when the peak happens
-    terms: list[Term]  # everything alive at that moment
-    moments: dict[str, int] = field(default_factory=dict)  # every candidate moment's total
-    notes: list[str] = field(default_factory=list)
-    cuda_extra: Term | None = None  # what CUDA allocates outside these tensors (None off CUDA)
+    terms: list[Term]
+    cuda_extra: Term | None
 
     @property
     def cuda_allocated_bytes(self) -> int:
@@ -57,6 +51,20 @@ class Estimate:
     def peak_gib(self) -> float:
         """The predicted peak in GiB."""
         return self.peak_bytes / GiB
+
+
+@dataclass
+class Estimate(TermSum):
+    """Predicted peak memory of one training step, term by term."""
+
+    recipe: Recipe
+    hardware: Hardware
+    precision: str  # the resolved precision
+    moment: str  # when the peak happens
+    terms: list[Term]  # everything alive at that moment
+    moments: dict[str, int] = field(default_factory=dict)  # every candidate moment's total
+    notes: list[str] = field(default_factory=list)
+    cuda_extra: Term | None = None  # what CUDA allocates outside these tensors (None off CUDA)
 
     def explain(self) -> str:
         """The arithmetic, term by term, grouped by category, in lines of at most 100 characters."""

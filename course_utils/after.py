@@ -51,12 +51,22 @@ class Saved:
     files: list[str]
 
 
-def train_and_save(recipe: Recipe, folder: str | os.PathLike, steps: int | None = None) -> Saved:
+def train_and_save(recipe: Recipe, folder: str | os.PathLike, steps: int | None = None,
+                   isolate: bool | None = None) -> Saved:
     """Build the recipe, train it with build's SFTTrainer (no measuring: that is measure.py's job) and save
     the LoRA adapter and tokenizer to `folder` with `trainer.save_model`, the call behind the chapter's
-    `model.save_pretrained("./qlora-adapter")`. The recipe goes beside them in course_recipe.json."""
+    `model.save_pretrained("./qlora-adapter")`. The recipe goes beside them in course_recipe.json.
+    isolate=None: in a fresh process on a GPU (`python -m course_utils.after train`), so that nothing of the
+    model stays in this kernel's CUDA memory for the measurements after it (on a T4 that is most of the
+    card); in this process on a CPU."""
     from .build import build
-    from .hardware import release_memory
+    from .hardware import device_type, release_memory
+
+    if isolate or (isolate is None and device_type() == "cuda"):
+        cmd = ["train", "--recipe", json.dumps(recipe.to_dict()), "--folder", str(folder)]
+        d = in_fresh_process(cmd + (["--steps", str(steps)] if steps is not None else []), recipe.model, "training")
+        return Saved(folder=Path(d["folder"]), recipe=Recipe.from_dict(d["recipe"]), losses=d["losses"],
+                     train_s=d["train_s"], files=d["files"])
 
     if not recipe.uses_lora:
         raise RecipeError("train_and_save saves a LoRA adapter; this recipe is a full fine-tune (lora_r=None). "
@@ -209,8 +219,6 @@ def generate_before_after(adapter: str | os.PathLike, prompts: list[dict] | None
                           timeout_s: float = 900) -> dict:
     """Run `python -m course_utils.after generate` in a new process and return its JSON. base and
     load_in_4bit default to the recipe saved with the adapter; prompts to data_prompts()."""
-    from .checks import uses_shipped_data
-
     folder = check_adapter(adapter)
     recipe = saved_recipe(folder)
     if base is None and recipe is None:
@@ -218,24 +226,34 @@ def generate_before_after(adapter: str | os.PathLike, prompts: list[dict] | None
                            "the model the adapter was trained on.")
     base = base or recipe.model
     four_bit = recipe.load_in_4bit if load_in_4bit is None and recipe else bool(load_in_4bit)
-    cmd = [sys.executable, "-m", "course_utils.after", "generate", "--base", base, "--adapter", str(folder),
+    cmd = ["generate", "--base", base, "--adapter", str(folder),
            "--prompts-json", json.dumps(prompts if prompts is not None else data_prompts()),
            "--precision", recipe.precision if recipe else "auto"]
     cmd += ["--max-new-tokens", str(max_new_tokens)] if max_new_tokens is not None else []
     cmd += ["--load-in-4bit"] if four_bit else []
+    return in_fresh_process(cmd, base, "generating", timeout_s,
+                            hint=" Pass fewer prompts or a smaller max_new_tokens.")
+
+
+def in_fresh_process(args: list[str], base: str, what: str, timeout_s: float = 1800, hint: str = "",
+                     module: str = "course_utils.after") -> dict:
+    """`python -m <module> <args>` in a new process; its last JSON line. Its one-line `error: ...` (or the end
+    of its stderr) becomes an AdapterError naming `what` it was doing."""
+    from .checks import uses_shipped_data
+
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     if uses_shipped_data(base):
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")  # the embedded model never needs the hub
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+        done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=env,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise AdapterError(f"generating took longer than {timeout_s} s; stopped it. Pass fewer prompts or a "
-                           "smaller max_new_tokens.") from None
+        raise AdapterError(f"{what} took longer than {timeout_s} s; stopped it.{hint}") from None
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         said = [line[7:] for line in done.stderr.splitlines() if line.startswith("error: ")]
         tail = said[-1] if said else "\n".join(done.stderr.strip().splitlines()[-15:])
-        raise AdapterError(f"the generating process failed (exit code {done.returncode}): {tail}")
+        raise AdapterError(f"the {what} process failed (exit code {done.returncode}): {tail}")
     return json.loads(lines[-1])
 
 
@@ -264,7 +282,8 @@ def format_generations(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m course_utils.after generate`: prints generate_here's result as one JSON line."""
+    """`python -m course_utils.after generate | train`: prints generate_here's result (or what train_and_save
+    wrote) as one JSON line."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.after")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="greedy continuations of the base model and of base + adapter")
@@ -274,11 +293,20 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--max-new-tokens", type=int, default=None)
     gen.add_argument("--load-in-4bit", action="store_true", help="load the base in NF4, as QLoRA trained it")
     gen.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"))
+    train = sub.add_parser("train", help="train_and_save in this process (what train_and_save runs on a GPU)")
+    train.add_argument("--recipe", required=True, help="Recipe.to_dict() as JSON")
+    train.add_argument("--folder", required=True)
+    train.add_argument("--steps", type=int, default=None)
     args = parser.parse_args(argv)
     from .hardware import HardwareError, device_type
     from .models import ModelUnavailableError
 
     try:
+        if args.command == "train":
+            saved = train_and_save(Recipe.from_dict(json.loads(args.recipe)), args.folder, args.steps, isolate=False)
+            print(json.dumps(dict(folder=str(saved.folder), recipe=saved.recipe.to_dict(), losses=saved.losses,
+                                  train_s=saved.train_s, files=saved.files)))
+            return 0
         prompts = parse_prompts(args.prompts_json)
         check_adapter(args.adapter)
         tokens = args.max_new_tokens if args.max_new_tokens is not None else NEW_TOKENS[device_type()]

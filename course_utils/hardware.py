@@ -258,12 +258,23 @@ def resolve_precision(precision: str, hw: Hardware | None = None) -> str:
 
 
 def bitsandbytes_status() -> tuple[bool, str]:
-    """(usable, reason): whether bitsandbytes imports and has a backend for this device."""
+    """(usable, reason): whether bitsandbytes imports and can quantize to NF4 and back on this device (a
+    64-number tensor: an import alone succeeds even where no library for this CUDA version is installed)."""
     try:
-        import bitsandbytes as bnb  # noqa: F401
+        import bitsandbytes.functional as bf
+        import torch
     except Exception as exc:  # ImportError, or a CUDA setup error raised at import
         return False, f"bitsandbytes does not import here ({type(exc).__name__}: {exc})"
-    return True, f"bitsandbytes {md.version('bitsandbytes')} on {device_type()}"
+    where, version = device_type(), md.version("bitsandbytes")
+    try:
+        x = torch.linspace(-1, 1, 64, device=where)
+        packed, state = bf.quantize_4bit(x, quant_type="nf4")
+        bf.dequantize_4bit(packed, state)
+    except Exception as exc:  # e.g. no compiled library for this CUDA version
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        return False, (f"bitsandbytes {version} imports but cannot quantize to NF4 on {where} ({type(exc).__name__}: "
+                       f"{first}); reinstall it for this machine (pip install --force-reinstall bitsandbytes)")
+    return True, f"bitsandbytes {version} on {where} (NF4 quantize and dequantize checked)"
 
 
 def installed(names) -> dict[str, str]:

@@ -36,11 +36,15 @@ class Merged:
     skipped: str = ""  # why it was not run here (the estimate did not fit the device); "" when it ran
 
 
-def merge_adapter(adapter: str | os.PathLike, load_in_4bit: bool = True, base: str | None = None) -> Merged:
+def merge_adapter(adapter: str | os.PathLike, load_in_4bit: bool = True, base: str | None = None,
+                  isolate: bool | None = None) -> Merged:
     """Load the base (NF4 if load_in_4bit) with the adapter on it and merge_and_unload under the tensor
     tracker (what peft does: the module docstring). The models are gone when it returns (release_memory).
     On a GPU, a merge whose estimated peak (merge_estimate) is more than this process can take
-    (hardware.available_bytes: under the T4 profile, the T4's) is not started; its Merged.skipped says why."""
+    (hardware.available_bytes: under the T4 profile, the T4's) is not started; its Merged.skipped says why.
+    isolate=None: a merge that runs does so in a fresh process on a GPU (`python -m course_utils.merging`),
+    so this kernel keeps none of its CUDA memory; in this process on a CPU."""
+    from .after import in_fresh_process
     from .hardware import available_bytes, device_type, release_memory
 
     folder = check_adapter(adapter)
@@ -55,10 +59,35 @@ def merge_adapter(adapter: str | os.PathLike, load_in_4bit: bool = True, base: s
             return Merged(load_in_4bit=load_in_4bit,
                           skipped=f"not run here: its estimated peak, {fmt(need)}, is more than the {fmt(free)} "
                                   "this process can take on this card")
+    if isolate or (isolate is None and device_type() == "cuda"):
+        args = ["--adapter", str(folder), "--base", base] + (["--load-in-4bit"] if load_in_4bit else [])
+        return Merged(**in_fresh_process(args, base, "merging", module="course_utils.merging"))
     try:
         return _merge(folder, recipe, load_in_4bit, base)
     finally:
         release_memory()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m course_utils.merging --adapter F --base B [--load-in-4bit]`: merge_adapter in this process,
+    its Merged as one JSON line (what merge_adapter runs on a GPU)."""
+    import argparse
+    import dataclasses
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m course_utils.merging")
+    parser.add_argument("--adapter", required=True)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--load-in-4bit", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        merged = merge_adapter(args.adapter, args.load_in_4bit, args.base, isolate=False)
+    except AdapterError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(dataclasses.asdict(merged)))
+    return 0
 
 
 def _merge(folder: Path, recipe, load_in_4bit: bool, base: str) -> Merged:
@@ -151,3 +180,5 @@ def format_merge(measured: list[Merged], estimates: list[dict]) -> str:
     return wrap("\n".join(lines), indent="    ")
 
 
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -29,6 +29,25 @@ from .tables import wrap
 
 RECORDS = shipped("reference", "t4", "t4-check.jsonl")
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
+NO_RECORD = {"09_more_than_one_gpu": "it needs two GPUs (Kaggle's 2 x T4), and the T4 check runs each notebook on "
+                                    "one virtual T4; no record was made, and none is invented"}
+# Shipped records whose runs are known to be wrong (notebook, variant, date): kept as what the check saw, marked
+# in the README's table, left out where the course draws conclusions from the runs (measurements/ says more).
+DEFECTS = {
+    ("07_complete_recipe", "llama-8b", "2026-12-01T19:32:50+00:00"):
+        "its 4-bit rungs were 'does not fit': the notebook's kernel kept part of the card after training the "
+        "adapter (their errors say how much; fixed since: on a GPU that training runs in a process of its own)",
+    ("06_sequence_length_and_batch", "llama-8b", "2026-12-01T19:32:50+00:00"):
+        "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
+        "say how much), so even its smallest recipe did not fit (not explained yet)",
+}
+
+
+def defect(rec: dict) -> str:
+    """Why the record's runs are known to be wrong, or ''."""
+    return DEFECTS.get((rec["notebook"], rec["variant"], rec["date"]), "")
+
+
 T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4
 T4_PEAK_FLOPS = PROFILES["t4"].peak_flops
 
@@ -55,6 +74,8 @@ def records(path: Path = RECORDS, usable=None) -> list[dict]:
 def record_for(notebook: str, variant: str = "small", path: Path = RECORDS, usable=None) -> dict:
     """The newest record of one notebook ('01_gradient_checkpointing' or '01') and variant (that
     `usable(record)` accepts, when given)."""
+    if notebook in NO_RECORD:
+        raise T4CheckError(f"no T4-check record for notebook {notebook!r}: {NO_RECORD[notebook]}.")
     for rec in records(path, usable):
         if rec["variant"] == variant and (rec["notebook"] == notebook or rec["notebook"][:2] == notebook[:2]):
             return rec
@@ -207,7 +228,9 @@ def time_budget(notebook: str, variant: str = "small", path: Path = RECORDS) -> 
 
 
 def how_long_on_a_t4(notebook: str) -> str:
-    """Both variants' arithmetic, for the cell where a notebook introduces its run."""
+    """Both variants' arithmetic, for the cell where a notebook introduces its run (or why there is none)."""
+    if notebook in NO_RECORD:
+        return wrap(f"On a free T4: not checked. Notebook {notebook} has no T4-check record: {NO_RECORD[notebook]}.")
     parts = [f"On a free T4. T4 peak: the run's FLOPs at {T4_PEAK_FLOPS['fp16'] / 1e12:.0f} TFLOP/s (fp16) or "
              f"{T4_PEAK_FLOPS['fp32'] / 1e12:.1f} (fp32), the T4's datasheet peaks;",
              "here: its training on the profiled GPU, waiting on the same 2 CPU cores. A T4 needs at least the longer."]
@@ -269,7 +292,7 @@ def markdown_table(path: Path = RECORDS) -> str:
     head = ["Checked on " + "; ".join(where) + ": " + "; ".join(when) + ".", "", "| notebook | " + " | ".join(f"{VARIANTS[v]}: ran through, wall s, T4 s at least, card peak GiB"
                                           for v in VARIANTS) + " |",
             "|---|" + "---|" * len(VARIANTS)]
-    rows = []
+    rows, notes = [], []
     for nb in sorted({n for n, _ in newest}):
         cells = []
         for v in VARIANTS:
@@ -281,6 +304,9 @@ def markdown_table(path: Path = RECORDS) -> str:
                 t4 = f"{time_budget(nb, v, path).t4_s:.0f}"
             except T4CheckError:
                 t4 = "-"
-            cells.append(f"{'yes' if rec['ran_through'] else 'no'}, {rec['wall_s']:.0f}, {t4}, {rec['card_peak_gib']:.2f}")
+            mark = f" (note {len(notes) + 1})" if defect(rec) else ""
+            notes += [f"{len(notes) + 1}. {nb}, {VARIANTS[v]}: ran through, but {defect(rec)}."] if mark else []
+            cells.append(f"{'yes' if rec['ran_through'] else 'no'}{mark}, {rec['wall_s']:.0f}, {t4}, "
+                         f"{rec['card_peak_gib']:.2f}")
         rows.append(f"| {nb} | " + " | ".join(cells) + " |")
-    return "\n".join(head + rows)
+    return "\n".join(head + rows + ([""] + notes if notes else []))

@@ -426,11 +426,12 @@ def plan_summary(model: str = "llama-3.1-8b", hardware: str = "t4") -> str:
 
 
 def t4_misfits() -> str:
-    """Where runs did not fit in the shipped T4 check: each notebook's newest record, by variant."""
-    from .t4check import VARIANTS, records
+    """Where runs did not fit in the shipped T4 check: each notebook's newest record, by variant (of the records
+    not known to be wrong: t4check.DEFECTS)."""
+    from .t4check import VARIANTS, defect, records
 
     parts = {}
-    for rec in records():
+    for rec in records(usable=lambda r: not defect(r)):
         if rec["does_not_fit"]:
             parts.setdefault(rec["variant"], []).append(
                 f"notebook {rec['notebook'][:2]} ({len(rec['does_not_fit'])} of {len(rec['runs'])})")

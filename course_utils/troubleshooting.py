@@ -269,8 +269,9 @@ ENTRIES: tuple[Entry, ...] = (
         notebooks=("03", "05")),
     Entry(
         "oom", "CUDA out of memory on a T4",
-        "Colab's free T4: notebook 06's micro-batch sweep, the runs without 4-bit weights of every notebook with "
-        "`USE_LLAMA_8B = True` (the course reports each as `does not fit` and goes on), and your own `Trainer`.",
+        "Colab's free T4: notebook 06's sweeps (the longer sequences and larger micro-batches), the runs without "
+        "4-bit weights of the other notebooks with `USE_LLAMA_8B = True` (the course reports each as `does not fit` "
+        "and goes on), and your own `Trainer`.",
         (OOM_TRAINING,
          Logged("A model whose weights alone do not fit (Llama-3.1-8B in fp32, `USE_LLAMA_8B = True`), while loading:",
                 "00", "llama-8b", "baseline (LoRA, fp32)")),

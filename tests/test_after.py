@@ -179,6 +179,25 @@ def test_a_merge_whose_estimate_does_not_fit_the_card_is_not_started(saved, monk
     assert "not run here" in text and f"peak {merging.fmt(estimate['peak'])}" in text
 
 
+def test_what_a_gpu_runs_in_a_fresh_process_is_the_same_call(saved, tmp_path, capsys, monkeypatch):
+    """On a GPU train_and_save and merge_adapter run `python -m course_utils.after train` and `python -m
+    course_utils.merging` (so the kernel keeps no CUDA memory); their commands, run here in this process,
+    print what the in-process calls return."""
+    assert after.main(["train", "--recipe", json.dumps(RECIPE.to_dict()), "--folder", str(tmp_path / "a"),
+                       "--steps", "2"]) == 0
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert d["folder"] == str(tmp_path / "a") and len(d["losses"]) == 2 and after.RECIPE_FILE in d["files"]
+    assert merging.main(["--adapter", str(saved.folder), "--base", "tiny"]) == 0
+    m = merging.Merged(**json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
+    here = merging.merge_adapter(saved.folder, load_in_4bit=False, isolate=False)
+    assert (m.bytes_after, m.peak_bytes, m.stored_as) == (here.bytes_after, here.peak_bytes, here.stored_as)
+    seen = []  # and on a GPU, isolate=None takes the fresh-process path
+    monkeypatch.setattr(after, "in_fresh_process", lambda args, *a, **k: seen.append(args) or {**d, "folder": args[4]})
+    from course_utils import hardware
+    monkeypatch.setattr(hardware, "device_type", lambda: "cuda")
+    assert after.train_and_save(RECIPE, tmp_path / "b").folder == tmp_path / "b" and seen[-1][0] == "train"
+
+
 # --- 4. memory stats -----------------------------------------------------------------------------
 def measurement(**fields):
     from course_utils.results import Measurement

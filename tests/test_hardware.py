@@ -263,3 +263,14 @@ def test_env_report_names_the_widget_packages_and_a_hub_check_that_can_fail(monk
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=2.0: False)
     text, _ = hardware.env_report()
     assert "[WARN] hub access: huggingface.co does not answer" in text
+
+
+def test_bitsandbytes_that_imports_but_cannot_quantize_is_not_usable(monkeypatch):
+    import bitsandbytes.functional as bf
+
+    def broken(*a, **k):
+        raise RuntimeError("CUDA Setup failed despite GPU being available.\nmore")
+
+    monkeypatch.setattr(bf, "quantize_4bit", broken)
+    usable, why = hardware.bitsandbytes_status()
+    assert usable is False and "imports but cannot quantize" in why and "CUDA Setup failed" in why and "more" not in why

@@ -1,5 +1,6 @@
-"""The `course` command: `course run` (the chapter's ladder, headless), `course env`, `course estimate`
-(the expected-memory table, or one recipe's arithmetic) and `course plan` (what fits a budget)."""
+"""The `course` command: `course run` (the chapter's ladder, headless; with --gpus N on N processes through
+accelerate launch), `course env`, `course estimate` (the expected-memory table, or one recipe's arithmetic, per GPU
+with --gpus N) and `course plan` (what fits a budget, such as "16GiB" or "2 x 15 GiB")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    """Run the ladder, print the table and what changed, write results and the plot."""
+    """Run the ladder, print the table and what changed, write results and the plot. With --gpus N > 1 (or
+    --strategy) every rung runs on N processes instead: _cmd_run_distributed."""
+    if args.gpus > 1 or args.strategy is not None:
+        return _cmd_run_distributed(args)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,6 +78,71 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run_distributed(args: argparse.Namespace) -> int:
+    """`course run --gpus N [--strategy ...]`: each rung of the ladder trained on N processes by
+    distributed.launch (accelerate launch, the shipped config), every rung checked before the first starts;
+    the table is per GPU (each rung's largest rank) with global tokens/s, then each rank's own figures."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from .distributed import check_launch, launch
+    from .lessons_multi import fsdp_ready, rank_table
+    from .plots import ladder_figure
+    from .recipe import Recipe, RecipeError
+    from .results import ResultStore, default_store
+    from .runs import Outcome, Results, ladder_here
+
+    if getattr(args, "budget_gib", None) is not None:  # a per-process cap means one process: not with --gpus
+        raise RecipeError("--budget-gib caps one process's memory and cannot be combined with --gpus or --strategy; "
+                          "drop one of them.")
+    if args.profile:
+        import os
+
+        from .hardware import PROFILE_ENV
+
+        os.environ[PROFILE_ENV] = args.profile
+    strategy = args.strategy or "ddp"
+    started = time.perf_counter()
+    base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
+                  steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
+    store = ResultStore(args.store) if args.store else default_store()
+    out = _output_folder(args.out)
+    store.check_writable()
+    rungs, same = ladder_here(base)
+    if strategy.startswith("fsdp"):
+        rungs = [fsdp_ready(r) for r in rungs]
+    device = ""
+    for i, rung in enumerate(rungs):  # every check before the first process starts
+        if i not in same:
+            device = check_launch(rung, args.gpus, strategy)
+    _STATE["store"], _STATE["stored_before"] = store, _count(store)
+    where = "GPUs" if device == "cuda" else "CPU processes (gloo)"
+    print(f"The chapter's ladder on model={args.model!r}, {strategy} on {args.gpus} {where}: {base.describe()} "
+          f"per process, {base.steps} steps per rung; global batch {args.gpus} x {base.effective_batch} sequences.")
+    print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
+    results = Results()
+    for i, rung in enumerate(rungs):
+        if i in same:
+            results.append(Outcome(rung, None, same[i]))
+            continue
+        t0 = time.perf_counter()
+        m = launch(rung, gpus=args.gpus, strategy=strategy, store=store, force=args.force,
+                   progress=not args.no_progress)
+        results.append(Outcome(rung, m, "", time.perf_counter() - t0))
+    measured = results.measured
+    print(f"\nPeak memory per GPU (the largest rank's) and global tokens/s, {args.gpus} processes:\n")
+    print(results.table())
+    print("\nEach rank:\n")
+    print(rank_table(measured))
+    name = f"ladder-{args.gpus}x{strategy}"
+    with open(out / f"{name}.jsonl", "w") as fh:
+        for m in measured:
+            fh.write(m.to_json() + "\n")
+    ladder_figure(measured, [], path=out / f"{name}.png")
+    print(f"\nWrote {out / (name + '.jsonl')} and {out / (name + '.png')} in {time.perf_counter() - started:.0f} s.")
+    return 0
+
+
 _STATE: dict = {}  # the store `course run` writes to, and how many results it held before, for Ctrl-C
 
 
@@ -112,10 +181,18 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
     try:
         if args.model is None:
+            if args.gpus > 1 or args.strategy is not None:
+                raise EstimateError("--gpus and --strategy estimate one recipe per GPU: give it with --model "
+                                    "(e.g. --model llama-3.1-8b --source --gpus 2 --strategy fsdp).")
             print(format_expected_table(expected_memory_table(hardware=args.hardware)))
             return 0
         recipe = _recipe_from_args(args)
         check_positions(recipe.model, recipe.max_seq_length, load_config(recipe.model).max_position_embeddings)
+        if args.gpus > 1:
+            from .estimate import estimate_distributed
+
+            print(estimate_distributed(recipe, args.gpus, args.strategy or "ddp", hardware=args.hardware).explain())
+            return 0
         print(estimate(recipe, hardware=args.hardware).explain())
     except EstimateError as exc:
         print(f"course: error: {exc}", file=sys.stderr)
@@ -145,9 +222,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .checks import check_positions
     from .models import load_config
 
+    counted, per_gpu = args.budget if args.budget is not None else (1, None)
     try:
+        if args.gpus is not None and counted not in (1, args.gpus):
+            raise BudgetError(f"--budget is for {counted} GPUs but --gpus {args.gpus}: give one of them "
+                              f"(e.g. --budget '{args.gpus} x 15 GiB', or the memory of one GPU with --gpus).")
+        gpus = args.gpus or counted
         check_positions(args.model, args.seq, load_config(args.model).max_position_embeddings)
-        result = plan(args.model, args.budget, seq=args.seq, hardware=args.hardware)
+        result = plan(args.model, per_gpu, seq=args.seq, hardware=args.hardware, gpus=gpus if gpus > 1 else None)
     except (BudgetError, EstimateError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
@@ -158,14 +240,27 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _budget(text: str) -> int:
-    """argparse type for --budget: bytes, or an error that names the input."""
-    from .plan import BudgetError, parse_budget
+def _budget(text: str) -> tuple[int, int]:
+    """argparse type for --budget: (GPUs, bytes per GPU): '16GiB' is (1, bytes), '2 x 15 GiB' two GPUs of 15 GiB
+    (plan_multi.parse_gpu_budget); or an error that names the input."""
+    from .plan import BudgetError
+    from .plan_multi import parse_gpu_budget
 
     try:
-        return parse_budget(text)
+        return parse_gpu_budget(text)
     except BudgetError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _gpu_count(text: str) -> int:
+    """argparse type for --gpus: a whole number, 1 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--gpus takes a whole number of GPUs (processes), 1 or more, got {text!r}")
+    return n
 
 
 def _lora_rank(text: str) -> int:
@@ -205,12 +300,18 @@ def _add_estimate_and_plan(sub) -> None:
     est.add_argument("--optimizer", default=None, help="adamw_torch, adamw_8bit, paged_adamw_8bit, ...")
     est.add_argument("--seq", type=int, default=None, help="max sequence length")
     est.add_argument("--hardware", **hardware)
+    est.add_argument("--gpus", type=_gpu_count, default=1, help="GPUs that train together: the estimate per GPU")
+    est.add_argument("--strategy", choices=("ddp", "fsdp"), default=None,
+                     help="with --gpus N: ddp (a whole copy per GPU; default) or fsdp (full shard)")
     est.set_defaults(func=_cmd_estimate)
 
     pl = sub.add_parser("plan", help="the recipes that fit a memory budget, and the fastest of them")
     pl.add_argument("--model", required=True, help="a preset such as llama-3.1-8b, or a local folder / cached hub id")
     pl.add_argument("--budget", type=_budget, default=None,
-                    help="memory to fit in, e.g. 16GiB, 16GB, 14.7GiB (default with --hardware t4: 14.7GiB)")
+                    help="memory to fit in, e.g. 16GiB, 16GB, 14.7GiB (default with --hardware t4: 14.7GiB); "
+                         "on several GPUs the count and one GPU's memory, e.g. '2 x 15 GiB'")
+    pl.add_argument("--gpus", type=_gpu_count, default=None,
+                    help="GPUs to plan for (DDP and FSDP rows; the budget is then one GPU's memory)")
     pl.add_argument("--seq", type=int, default=512, help="max sequence length (default 512)")
     pl.add_argument("--hardware", **hardware)
     pl.add_argument("--all", action="store_true", help="list every recipe that fits, not only the 15 fastest")
@@ -235,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--store", default=None, help="results store (default $COURSE_HOME/results.jsonl)")
     run.add_argument("--force", action="store_true", help="re-measure even when the store has a result")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--gpus", type=_gpu_count, default=1,
+                     help="processes that train together, one per GPU (on a machine without GPUs, gloo CPU processes); "
+                          "above 1 every rung runs through accelerate launch (notebook 09)")
+    run.add_argument("--strategy", choices=("ddp", "fsdp", "fsdp_offload"), default=None,
+                     help="with --gpus: ddp (default), fsdp (full shard, GPUs only) or fsdp_offload")
     run.set_defaults(func=_cmd_run)
 
     profile = dict(choices=("t4",), default=None,
@@ -277,7 +383,7 @@ def _saved_note() -> str:
             "(stored results are reused, not re-measured).")
 
 
-VALUE_OPTIONS = ("--budget", "--lr", "--seq", "--steps", "--micro-batch", "--grad-accum", "--lora-r")
+VALUE_OPTIONS = ("--budget", "--gpus", "--lr", "--seq", "--steps", "--micro-batch", "--grad-accum", "--lora-r")
 
 
 def _glue_negative_values(argv: list[str]) -> list[str]:

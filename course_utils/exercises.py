@@ -16,8 +16,9 @@ The notebook's cells (scripts/insert_exercises.py writes them): `show_exercise(n
 checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
 
 Hardware: on a CPU the estimate's CPU; on a GPU this machine's kind ('gpu' with bf16; 't4' without it or
-under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4 and 08 about the chapter's claim for a
-bf16 GPU: those estimate for that hardware wherever they run.
+under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 08 about the chapter's claim for a
+bf16 GPU and 09 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 09's
+answer is a number of GPUs (answer_kind="gpus"; its check: exercise_checks_multi), the others' a Recipe.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import exercise_checks as C
+from . import exercise_checks_multi as M
 from .exercise_checks import Verdict
 from .recipe import Recipe, source_chapter_recipe
 from .tables import wrap
@@ -91,6 +93,7 @@ class Exercise:
     start: Callable[[Recipe], Recipe] = lambda base: base
     setup: str = ""  # an import the notebook's cell needs for start_code
     base_name: str = "base"  # what the notebook's cells pass as `base`
+    answer_kind: str = "recipe"  # or "gpus": the answer is a whole number of GPUs (notebook 09)
 
     def hw(self, hardware: str | None = None) -> str:
         """The estimator's hardware for this exercise: fixed by the exercise, else `hardware` (this machine's by
@@ -103,7 +106,13 @@ class Exercise:
 
     def check(self, answer: Recipe, base: Recipe, hardware: str | None = None) -> Verdict:
         """Whether `answer` holds, decided by the estimator, with the figures it decided on."""
-        return self.checker(_recipe(answer, "answer"), self.start(_recipe(base, "base")), self.hw(hardware))
+        answer = answer if self.answer_kind == "gpus" else _recipe(answer, "answer")
+        return self.checker(answer, self.start(_recipe(base, "base")), self.hw(hardware))
+
+    @property
+    def answer_hint(self) -> str:
+        """What the learner writes after `answer = `."""
+        return "a number of GPUs" if self.answer_kind == "gpus" else f"{self.start_code}.with_(...)"
 
     def solution(self, base: Recipe, hardware: str | None = None) -> Recipe:
         """The worked solution for this base recipe."""
@@ -112,6 +121,8 @@ class Exercise:
     def code(self, base: Recipe, hardware: str | None = None) -> str:
         """The worked solution as the line a learner writes: answer = base.with_(...)."""
         start, answer = self.start(base), self.solution(base, hardware)
+        if self.answer_kind == "gpus":
+            return f"answer = {answer}"
         args = [f"{f.name}={getattr(answer, f.name)!r}" for f in dataclasses.fields(Recipe)
                 if f.name != "label" and getattr(answer, f.name) != getattr(start, f.name)]
         line = f"answer = {self.start_code}.with_({', '.join(args)})" if args else f"answer = {self.start_code}"
@@ -166,6 +177,12 @@ _T07 = ("The chapter's recipe (`chapter`: {recipe}) trains {n} sequences of {seq
         "micro-batch with less accumulation trains the same thing faster: find the **largest micro-batch** that "
         "still fits a T4 at the same {n} sequences per step. Change only `micro_batch`, `grad_accum` and "
         "`precision`.")
+_T09 = ("The published FSDP-QLoRA recipe (`anchor_recipe()`, peft's example: {recipe}) on the Llama-3.1-70B "
+        "architecture is estimated at {two} GiB per GPU on two bf16 GPUs under FSDP, and needs {two} x {factor} + "
+        "{margin} = {need} GiB by the planner's rule: more than a {card} GiB card. FSDP divides the weights, "
+        "gradients and optimizer state by the number of GPUs; the gathered units and the activations stay whole. "
+        "Find the **smallest number of {card} GiB GPUs** on which it fits, without CPU offload "
+        "(`estimate_distributed(anchor_recipe(), gpus, \"fsdp\")` is the estimate). Your answer is a whole number.")
 _T08 = ("The chapter says \"{claim}\". Its own recipe on Llama-3.1-8B (`source_chapter_recipe(\"llama-3.1-8b\")`) "
         "is estimated to allocate {alloc} GiB at its peak on a bf16 GPU (what `torch.cuda.max_memory_allocated()` "
         "reads), against {gb} GB = {budget} GiB. With this notebook's changes (`prepare_kbit=False`, "
@@ -201,6 +218,11 @@ EXERCISES: dict[str, Exercise] = {e.notebook: e for e in (
              "the estimate is over", hardware="gpu", start_code='source_chapter_recipe("llama-3.1-8b")',
              start=lambda base: source_chapter_recipe(C.REFERENCE_MODEL),
              setup="from course_utils.recipe import source_chapter_recipe", base_name="path[0]"),
+    Exercise("09_more_than_one_gpu", "how many cards a 70B model needs", _T09, M.figures, M.check, M.solve,
+             "the FSDP estimate per GPU for one GPU, then one more at a time, the first count that fits kept",
+             hardware="gpu",
+             start_code="anchor_recipe()", start=M.start_recipe, answer_kind="gpus",
+             setup="from course_utils.estimate import anchor_recipe\n\nanchor = anchor_recipe()", base_name="anchor"),
 )}
 
 
@@ -217,7 +239,7 @@ def show_exercise(notebook: str, base: Recipe, hardware: str | None = None) -> S
     """The task, as Markdown in Jupyter and wrapped text elsewhere."""
     ex = exercise(notebook)
     task, where = ex.task(base, hardware), HARDWARE_WORDS.get(ex.hw(hardware), ex.hw(hardware))
-    foot = (f"Write your answer in the next cell (`answer = {ex.start_code}.with_(...)`) and run the check; it "
+    foot = (f"Write your answer in the next cell (`answer = {ex.answer_hint}`) and run the check; it "
             f"estimates for {where}.")
     return Shown(text=wrap(f"Try it: {ex.title}\n{task}\n{foot}".replace("**", "")),
                  markdown=f"**Try it: {ex.title}**\n\n{task}\n\n{foot}")

@@ -272,13 +272,14 @@ def offline_examples() -> int:
 
 def namespace() -> dict:
     """The names a placeholder may use."""
+    from .estimate import anchor_recipe, estimate_distributed
     from .lessons import tf32_run as tf32
     from .recipe import Recipe
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32,
                 offline_examples=offline_examples, peer=peer, planner=planner, accuracy=accuracy, curves=curves,
-                MiB=MiB, GiB=GiB,
+                MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len,
                 sum=sum)
 

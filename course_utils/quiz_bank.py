@@ -320,10 +320,19 @@ def _tolerance(raw: Any, answer: float | None, problems: list[str]) -> float:
     return value
 
 
-# --- the chapter quiz: questions drawn from every bank -------------------------------------------
+# --- the chapter quiz: questions drawn from every bank of the chapter ----------------------------
+CHAPTER_LAST = "08_beyond_the_recipe"  # notebook 09 (more than one GPU) goes beyond the chapter: its own quiz only
+
+
+def chapter_banks() -> list[Bank]:
+    """The banks of the chapter's notebooks (00 to CHAPTER_LAST), in notebook order."""
+    return [b for b in all_banks() if b.name <= CHAPTER_LAST]
+
+
 def chapter_questions(n: int = 10, seed: int = 0) -> list[Question]:
-    """n questions drawn from all banks, spread over them evenly, in notebook order; same seed, same quiz."""
-    banks = all_banks()
+    """n questions drawn from the chapter's banks, spread over them evenly, in notebook order; same seed, same
+    quiz."""
+    banks = chapter_banks()
     total = sum(len(b) for b in banks)
     if not 1 <= n <= total:
         raise ValueError(f"n must be between 1 and {total} (the questions in all banks), not {n}")

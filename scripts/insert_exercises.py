@@ -43,9 +43,10 @@ def block(ex: Exercise) -> list[tuple[str, str, dict]]:
     imports = "from course_utils.exercises import check_exercise, show_exercise, show_solution\n"
     show = imports + (ex.setup + "\n" if ex.setup else "") + f'\nshow_exercise("{name}", {base})'
     tags = {"tags": [TAG]}
+    kind = "answer" if ex.answer_kind == "gpus" else "recipe"
     return [("markdown", INTRO, tags),
             ("code", show, tags),
-            ("code", f"answer = None  # your recipe: {ex.start_code}.with_(...)", tags),
+            ("code", f"answer = None  # your {kind}: {ex.answer_hint}", tags),
             ("code", f'show_solution("{name}", {base})',
              {"jupyter": {"source_hidden": True}, "tags": [TAG, SOLUTION_TAG]}),
             ("code", f'check_exercise("{name}", answer, {base})', tags)]

@@ -22,7 +22,7 @@ def test_every_notebook_and_variant_has_a_record_that_ran_through():
     newest = records()
     for variant in t4check.VARIANTS:
         got = {r["notebook"]: r for r in newest if r["variant"] == variant}
-        assert set(got) == stems, variant
+        assert set(got) == stems - set(t4check.NO_RECORD), variant  # 09 needs two GPUs: no record, said so
         failed = {n: r["first_failure"][:80] for n, r in got.items() if not r["ran_through"]}
         assert not failed, failed
         for r in got.values():

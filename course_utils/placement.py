@@ -84,12 +84,18 @@ def point_boxes(ax, xs, ys, radius_pt: float) -> list[Box]:
     return [(px - r, py - r, px + r, py + r) for px, py in pts]
 
 
-def segment_boxes(ax, a, b, step_px: float = 6.0, half_px: float = 1.5) -> list[Box]:
-    """Small boxes along the straight segment a -> b (data coordinates), so labels keep off an arrow."""
+def segment_boxes(ax, a, b, step_px: float = 6.0, half_px: float = 1.5, rad: float = 0.0) -> list[Box]:
+    """Small boxes along the segment a -> b (data coordinates), so labels keep off an arrow; with `rad`,
+    along the arc matplotlib's "arc3,rad=..." connection draws (a quadratic Bezier curve)."""
     (x0, y0), (x1, y1) = ax.transData.transform([a, b])
-    n = max(2, int(((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5 / step_px))
-    return [(x - half_px, y - half_px, x + half_px, y + half_px)
-            for x, y in ((x0 + (x1 - x0) * i / n, y0 + (y1 - y0) * i / n) for i in range(n + 1))]
+    cx, cy = (x0 + x1) / 2 + rad * (y1 - y0), (y0 + y1) / 2 - rad * (x1 - x0)
+    n = max(2, int(((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5 * (1 + abs(rad)) / step_px))
+    out = []
+    for t in (i / n for i in range(n + 1)):
+        x = (1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t * t * x1
+        y = (1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t * t * y1
+        out.append((x - half_px, y - half_px, x + half_px, y + half_px))
+    return out
 
 
 def _candidates(ax, label: Label, text: str, fontsize: float, renderer, rings=RINGS_PT) -> list:

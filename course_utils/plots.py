@@ -163,9 +163,9 @@ def _draw_series(ax, series: list[Series]) -> list:
                    facecolors=s.color if s.path else "white", edgecolors=s.color, linewidths=1.4)
         if s.path:
             for a, b in zip(xy, xy[1:]):
-                ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
+                arrow = ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
                     arrowstyle="-|>", color=s.color, lw=1.2, alpha=0.8, shrinkA=4.5, shrinkB=5.5, mutation_scale=10))
-                segments.append((a, b))
+                segments.append([a, b, 0.0, arrow])  # the bend (arc3's rad) is set once the scales are known
         noisy = [(m.tokens_per_s, peak_gib(m)) for _, m in s.points if m.noisy]
         if noisy:  # a speed from a busy machine: shown, and marked as one
             ax.scatter(*zip(*noisy), s=MARKER_PT2 * 2.2, facecolors="none", edgecolors="#b22222", linestyles=":",
@@ -181,6 +181,39 @@ def _draw_series(ax, series: list[Series]) -> list:
     return segments
 
 
+def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0) -> None:
+    """Curve each path arrow that runs along an earlier one (a step back the way the path came, as
+    3 -> 4 -> 5 when 5 undoes 4's speed): drawn straight, the two read as one double-headed arrow. The
+    bend goes towards the middle of the axes and is at least ~10 pixels deep."""
+    pts = [ax.transData.transform([a, b]) for a, b, _, _ in segments]
+    centre = ax.transAxes.transform((0.5, 0.5))
+    for i, (p, q) in enumerate(pts):
+        if not any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i]):
+            continue
+        d = q - p
+        length = float((d ** 2).sum() ** 0.5) or 1.0
+        rad = min(0.5, max(0.2, 24.0 / length))
+        mid = (p + q) / 2
+        control = mid + rad * d[::-1] * (1, -1)  # matplotlib's arc3: (x + rad dy, y - rad dx)
+        if ((control - centre) ** 2).sum() > ((2 * mid - control - centre) ** 2).sum():
+            rad = -rad
+        segments[i][2] = rad
+        segments[i][3].arrow_patch.set_connectionstyle(f"arc3,rad={rad:.3f}")
+
+
+def _runs_along(p, q, r, t, near_px: float, overlap_px: float) -> bool:
+    """True when display segment p-q lies within `near_px` of segment r-t's line and shares more than
+    `overlap_px` of its length."""
+    d = t - r
+    length = float((d ** 2).sum() ** 0.5)
+    if length < 1:
+        return False
+    u = d / length
+    off = [abs(float((x - r)[0] * u[1] - (x - r)[1] * u[0])) for x in (p, q)]
+    along = sorted(float(((x - r) * u).sum()) for x in (p, q))
+    return max(off) <= near_px and min(along[1], length) - max(along[0], 0.0) > overlap_px
+
+
 def _obstacles(ax, series: list[Series], segments) -> tuple[list, list]:
     """Display boxes labels must avoid: every marker (with its ring), and every arrow; (markers, arrows)."""
     markers, arrows = [], []
@@ -188,8 +221,8 @@ def _obstacles(ax, series: list[Series], segments) -> tuple[list, list]:
         if s.xy:
             xs, ys = zip(*s.xy)
             markers += point_boxes(ax, xs, ys, radius_pt=6.0)
-    for a, b in segments:
-        arrows += segment_boxes(ax, a, b)
+    for a, b, rad, _ in segments:
+        arrows += segment_boxes(ax, a, b, rad=rad)
     return markers, arrows
 
 
@@ -254,6 +287,7 @@ def memory_vs_speed(
     _axes(ax, xy, cards)
     if own:
         fit_width(ax.figure, [ax])
+    bend_retraced(ax, segments)
     legend = _legend_above(ax, renderer) if xy else None
     above = legend.get_window_extent(renderer).y1 - ax.get_window_extent(renderer).y1 if legend else 0
     ax.set_title(title, fontsize=FONT_PT + 3, pad=max(0, above) * 72 / ax.figure.dpi + 5)

@@ -333,3 +333,23 @@ def test_notebooks_technique_figure_draws_one_plot_of_both(measurements, h200):
     fig = notebook_figure(measurements + [None], h200, title="every technique so far")
     assert len(fig.axes) == 1 and fig.axes[0].get_title() == "every technique so far"
     assert len(_points(fig.axes[0])) == 3 + len(h200)
+
+
+def test_a_path_step_back_along_the_way_it_came_is_curved():
+    """3 -> 4 -> 5 where 5 undoes 4's speed at the same memory: drawn straight, the two arrows read as one
+    double-headed arrow; the second is bent (arc3) and labels keep off the curve it draws."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.set_xlim(0, 3000)
+    ax.set_ylim(0, 1)
+    xy = [(2400, 0.8), (1300, 0.2), (1900, 0.2), (1350, 0.2)]
+    segments = [[a, b, 0.0, ax.annotate("", xy=b, xytext=a, arrowprops=dict(arrowstyle="-|>"))]
+                for a, b in zip(xy, xy[1:])]
+    plots.bend_retraced(ax, segments)
+    assert [s[2] == 0 for s in segments] == [True, True, False]
+    assert segments[2][3].arrow_patch.get_connectionstyle().rad == pytest.approx(segments[2][2], abs=1e-3)
+    from course_utils.placement import segment_boxes
+
+    ys = [(b[1] + b[3]) / 2 for b in segment_boxes(ax, *xy[2:], rad=segments[2][2])]
+    y_line = ax.transData.transform((0, 0.2))[1]
+    assert max(ys) - y_line > 8  # the bend goes up, towards the middle of the axes
+    plt.close(fig)

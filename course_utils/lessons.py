@@ -114,6 +114,16 @@ def sweep_base(base: Recipe) -> Recipe:
     return short
 
 
+def sweep_values(model: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Notebook 06: the sequence lengths and micro-batches it sweeps, each twice the one before. On a CPU (the
+    tiny model) three of each, which shows each doubling twice; on a GPU a fourth, the longest and largest."""
+    from .hardware import device_type
+
+    if device_type() == "cpu":
+        return (64, 128, 256), (1, 2, 4)
+    return (64, 128, 256, 512), (1, 2, 4, 8)
+
+
 def growth(measurements, category: str) -> str:
     """Notebook 06: how much a category grows each time the knob doubles, point to point ('x1.98 x2.01 ...');
     a point that did not fit has no figure and is left out."""

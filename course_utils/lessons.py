@@ -283,9 +283,14 @@ def tf32_reference() -> list:
     return shipped_results("tf32", "llama-3.1-8b.jsonl")
 
 
+def _by_kind(runs: list) -> dict:
+    """{'fp32' | 'tf32' | 'bf16': Measurement} of the TF32 runs."""
+    return {("tf32" if m.recipe.get("tf32") else m.precision): m for m in runs}
+
+
 def tf32_run(kind: str):
     """Notebook 04 and its quiz: the shipped TF32 run's 'fp32', 'tf32' or 'bf16' Measurement."""
-    by = {("tf32" if m.recipe.get("tf32") else m.precision): m for m in tf32_reference()}
+    by = _by_kind(tf32_reference())
     if kind not in by:
         raise KeyError(f"no TF32 reference run {kind!r}; there are: {sorted(by)}")
     return by[kind]
@@ -298,7 +303,7 @@ def tf32_summary(runs: list | None = None) -> str:
     from .hardware import compute_capability, device_type
 
     runs = tf32_reference() if runs is None else runs
-    by = {("tf32" if m.recipe.get("tf32") else m.precision): m for m in runs}
+    by = _by_kind(runs)
     fp32, tf32, bf16 = by["fp32"], by["tf32"], by["bf16"]
     if not len({m.run_id for m in (fp32, tf32, bf16)}) == 1:
         raise ValueError("the TF32 reference runs come from different measurement runs: their speeds do not compare")

@@ -18,7 +18,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .after import RECIPE_FILE, AdapterError, check_adapter, data_prompts, fmt, load_base, saved_recipe
+from .after import (RECIPE_FILE, AdapterError, check_adapter, data_prompts, fmt, in_fresh_process, load_base,
+                    saved_recipe)
 
 
 @dataclass
@@ -44,7 +45,6 @@ def merge_adapter(adapter: str | os.PathLike, load_in_4bit: bool = True, base: s
     (hardware.available_bytes: under the T4 profile, the T4's) is not started; its Merged.skipped says why.
     isolate=None: a merge that runs does so in a fresh process on a GPU (`python -m course_utils.merging`),
     so this kernel keeps none of its CUDA memory; in this process on a CPU."""
-    from .after import in_fresh_process
     from .hardware import available_bytes, device_type, release_memory
 
     folder = check_adapter(adapter)

@@ -262,6 +262,9 @@ def _write_random_shards(config, folder: Path, shard_bytes: int = 2 * 1024**3) -
             flush()
         shard[key] = tensor
     flush()
+    del tensor, generator
+    if device == "cuda":  # the kernel that built a preset keeps none of the card for the measurements after it
+        torch.cuda.empty_cache()
     index = {"metadata": {}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1))
 

@@ -118,15 +118,17 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {lines[0][:200]}" if lines else type(exc).__name__
 
 
-def _fallback(reason: str, n: int | None) -> datasets.Dataset:
-    """Warn (and print to stderr) that the hub failed, then return the shipped records."""
+def _fallback(reason: str, n: int | None, chosen: bool = False) -> datasets.Dataset:
+    """Warn that the hub is not used, then return the shipped records. The message is printed to stderr when
+    the hub failed, and as a plain note on stdout when offline mode was chosen (HF_HUB_OFFLINE: CI, the
+    embedded default), which is no error: a notebook then shows no red warning box for it."""
     message = (
         f"Could not reach the Hugging Face hub for {DOLLY_HUB_ID} ({reason}); "
         f"using the {len(_read_shipped()):,} shipped offline examples instead "
         f"(course_utils/data/{SHIPPED_PATH.name})."
     )
     warnings.warn(message, ShippedDataWarning, stacklevel=3)
-    print(wrap(message), file=sys.stderr)
+    print(wrap(message), file=sys.stdout if chosen else sys.stderr)
     return load_shipped(n)
 
 
@@ -158,8 +160,8 @@ def load_instructions(
 
     # source == "auto": try the hub, fall back to the shipped copy.
     if not hub_reachable():
-        reason = "HF_HUB_OFFLINE is set" if _offline_mode() else "huggingface.co:443 did not answer"
-        return _fallback(reason, n)
+        chosen = _offline_mode()
+        return _fallback("HF_HUB_OFFLINE is set" if chosen else "huggingface.co:443 did not answer", n, chosen)
     try:
         return _load_hub(n)
     except Exception as exc:

@@ -35,11 +35,13 @@ NO_RECORD = {"09_more_than_one_gpu": "it needs two GPUs (Kaggle's 2 x T4), and t
 # in the README's table, left out where the course draws conclusions from the runs (measurements/ says more).
 DEFECTS = {
     ("07_complete_recipe", "llama-8b", "2026-12-01T19:32:50+00:00"):
-        "its 4-bit rungs were 'does not fit': the notebook's kernel kept part of the card after training the "
-        "adapter (their errors say how much; fixed since: on a GPU that training runs in a process of its own)",
+        "its 4-bit rungs were 'does not fit': the notebook's kernel kept part of the card after training "
+        "(their errors say how much; fixed since: that training runs in a process of its own, and the kernel "
+        "gives back the block cuBLAS workspaces held after the script's training; not re-checked end to end)",
     ("06_sequence_length_and_batch", "llama-8b", "2026-12-01T19:32:50+00:00"):
         "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
-        "say how much), so even its smallest recipe did not fit (not explained yet)",
+        "say how much): the kernel had built the random-weight 8B folder on the GPU and kept 4.51 GiB (fixed since; "
+        "a re-check on 4 cores ran through, measurements/t4-20261201-2203)",
 }
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from .cli_recipe import add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe, value_flags
+
 
 def _cmd_env(args: argparse.Namespace) -> int:
     """Print the environment report; exit 1 when something the chapter needs is missing."""
@@ -33,7 +35,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     from .measure import ladder_here, measure_all
     from .plots import ladder_figure
-    from .recipe import Recipe
     from .results import ResultStore, default_store, describe_change, reference_results
 
     if args.profile:  # the profile reaches every measuring child through the environment
@@ -43,8 +44,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         os.environ[PROFILE_ENV] = args.profile
     started = time.perf_counter()
-    base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
-                  steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
+    base = run_recipe(args)
     store = ResultStore(args.store) if args.store else default_store()
     out = _output_folder(args.out)  # a folder that cannot be written is refused before anything is measured
     store.check_writable()
@@ -88,7 +88,7 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
     from .distributed import check_launch, launch
     from .lessons_multi import fsdp_ready, rank_table
     from .plots import ladder_figure
-    from .recipe import Recipe, RecipeError
+    from .recipe import RecipeError
     from .results import ResultStore, default_store
     from .runs import Outcome, Results, ladder_here
 
@@ -103,8 +103,7 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
         os.environ[PROFILE_ENV] = args.profile
     strategy = args.strategy or "ddp"
     started = time.perf_counter()
-    base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
-                  steps=args.steps, learning_rate=args.lr, label="baseline (LoRA, fp32)")
+    base = run_recipe(args)
     store = ResultStore(args.store) if args.store else default_store()
     out = _output_folder(args.out)
     store.check_writable()
@@ -201,17 +200,8 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
 
 
 def _recipe_from_args(args: argparse.Namespace):
-    """The recipe `course estimate` describes: a base (plain LoRA, or the chapter's) with the flags applied."""
-    from .recipe import Recipe, source_chapter_recipe
-
-    base = source_chapter_recipe(args.model) if args.source else Recipe(model=args.model, precision="auto")
-    knobs = {"load_in_4bit": args.load_in_4bit, "double_quant": args.double_quant, "precision": args.precision,
-             "gradient_checkpointing": args.gradient_checkpointing, "micro_batch": args.micro_batch,
-             "grad_accum": args.grad_accum, "optimizer": args.optimizer, "max_seq_length": args.seq}
-    changes = {k: v for k, v in knobs.items() if v is not None}
-    if args.lora_r is not None:
-        changes["lora_r"] = None if args.lora_r == 0 else args.lora_r
-    return base.with_(**changes)
+    """The recipe `course estimate` describes: a base (plain LoRA, or the chapter's) with the flags given applied."""
+    return recipe_from_flags(estimate_base(args.model, args.source), args, "estimate")
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -263,21 +253,6 @@ def _gpu_count(text: str) -> int:
     return n
 
 
-def _lora_rank(text: str) -> int:
-    """argparse type for --lora-r: a positive rank, or 'none' (returned as 0) for a full fine-tune."""
-    if text.lower() in ("none", "full"):
-        return 0
-    try:
-        rank = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--lora-r takes a whole number or 'none' (full fine-tune), got {text!r}") from None
-    if rank <= 0:  # 0 used to mean a full fine-tune, silently
-        raise argparse.ArgumentTypeError(
-            f"--lora-r {text} is not a LoRA rank: give a positive rank such as 16, or 'none' for a full fine-tune")
-    return rank
-
-
 def _add_estimate_and_plan(sub) -> None:
     """The `estimate` and `plan` subcommands."""
     hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
@@ -289,20 +264,13 @@ def _add_estimate_and_plan(sub) -> None:
                      help="a preset (llama-3.1-8b, ...), 'tiny', or a local folder / cached hub id; "
                           "without it, print the expected-memory table")
     est.add_argument("--source", action="store_true", help="start from the source chapter's complete recipe")
-    est.add_argument("--load-in-4bit", action=argparse.BooleanOptionalAction, default=None, help="NF4 base weights")
-    est.add_argument("--double-quant", action=argparse.BooleanOptionalAction, default=None,
-                     help="quantize the 4-bit scales")
-    est.add_argument("--lora-r", type=_lora_rank, default=None, help="LoRA rank, or 'none' for a full fine-tune")
-    est.add_argument("--precision", choices=("auto", "fp32", "bf16", "fp16"), default=None)
-    est.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=None)
-    est.add_argument("--micro-batch", type=int, default=None)
-    est.add_argument("--grad-accum", type=int, default=None)
-    est.add_argument("--optimizer", default=None, help="adamw_torch, adamw_8bit, paged_adamw_8bit, ...")
-    est.add_argument("--seq", type=int, default=None, help="max sequence length")
     est.add_argument("--hardware", **hardware)
     est.add_argument("--gpus", type=_gpu_count, default=1, help="GPUs that train together: the estimate per GPU")
     est.add_argument("--strategy", choices=("ddp", "fsdp"), default=None,
                      help="with --gpus N: ddp (a whole copy per GPU; default) or fsdp (full shard)")
+    add_recipe_flags(est, "estimate", {"": estimate_base("tiny"), "with --source": estimate_base("tiny", source=True)},
+                     "With --model: plain LoRA at the hardware's precision, or with --source the source chapter's "
+                     "complete recipe")
     est.set_defaults(func=_cmd_estimate)
 
     pl = sub.add_parser("plan", help="the recipes that fit a memory budget, and the fastest of them")
@@ -326,12 +294,6 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="measure the chapter's ladder of techniques and plot memory against speed")
     run.add_argument("--model", default="tiny",
                      help="'tiny' (embedded, offline; default), a preset such as llama-3.1-8b (GPU), or a hub id/path")
-    run.add_argument("--steps", type=int, default=6, help="optimizer steps per rung (default 6)")
-    run.add_argument("--seq", type=int, default=256, help="max sequence length (default 256)")
-    run.add_argument("--micro-batch", type=int, default=4, help="baseline micro-batch (default 4)")
-    run.add_argument("--lr", type=float, default=1e-3,
-                     help="learning rate (default 1e-3: the tiny model has random weights, so LoRA needs bigger steps "
-                          "than the chapter's 2e-4 to show learning within a few steps)")
     run.add_argument("--out", default="course-output", help="folder for ladder.jsonl and ladder.png")
     run.add_argument("--store", default=None, help="results store (default $COURSE_HOME/results.jsonl)")
     run.add_argument("--force", action="store_true", help="re-measure even when the store has a result")
@@ -341,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "above 1 every rung runs through accelerate launch (notebook 09)")
     run.add_argument("--strategy", choices=("ddp", "fsdp", "fsdp_offload"), default=None,
                      help="with --gpus: ddp (default), fsdp (full shard, GPUs only) or fsdp_offload")
+    add_recipe_flags(run, "run", {"": run_base("tiny")},
+                     "The ladder's baseline: the notebooks' CPU base recipe on any machine; its learning rate is above "
+                     "the chapter's 2e-4 because the tiny model has random weights and LoRA needs bigger steps to "
+                     "show learning within a few steps")
     run.set_defaults(func=_cmd_run)
 
     profile = dict(choices=("t4",), default=None,
@@ -383,7 +349,7 @@ def _saved_note() -> str:
             "(stored results are reused, not re-measured).")
 
 
-VALUE_OPTIONS = ("--budget", "--gpus", "--lr", "--seq", "--steps", "--micro-batch", "--grad-accum", "--lora-r")
+VALUE_OPTIONS = tuple(dict.fromkeys(("--budget", "--gpus", "--seq", *value_flags())))  # plan's --seq too
 
 
 def _glue_negative_values(argv: list[str]) -> list[str]:

@@ -202,6 +202,34 @@ class Recipe:
         _check_optimizer(self.optimizer)
 
 
+# Each knob's help as the `course` command shows it (course_utils/cli_recipe.py derives the flags from the
+# fields; `model` and `label` are not derived, so they have none here).
+FIELD_HELP = {
+    "load_in_4bit": "QLoRA: NF4 base weights through bitsandbytes",
+    "double_quant": "quantize the 4-bit scales too (about 0.37 bits/param saved)",
+    "lora_r": "LoRA rank, or 'none' for a full fine-tune",
+    "lora_alpha": "LoRA scaling numerator (the update is scaled by alpha / r)",
+    "lora_dropout": "dropout on the LoRA input, at least 0 and below 1",
+    "lora_targets": "the modules LoRA adapts, comma-separated",
+    "precision": "auto picks bf16 / fp16 / fp32 from the hardware",
+    "gradient_checkpointing": "keep only each layer's input and recompute the rest in the backward",
+    "micro_batch": "sequences per forward and backward (per_device_train_batch_size)",
+    "grad_accum": "micro-batches per optimizer step (gradient_accumulation_steps)",
+    "optimizer": "adamw_torch, adamw_8bit, paged_adamw_8bit, ... (any name in transformers' OptimizerNames)",
+    "max_seq_length": "max sequence length (sequences are packed to exactly this many tokens)",
+    "steps": "optimizer steps per recipe: warm-up, 1 tracked for memory, the rest timed",
+    "warmup_steps": "steps before the tracked one, left out of tokens/s and of the peak",
+    "learning_rate": "learning rate (the chapter's is 2e-4)",
+    "seed": "random seed of the data order and the LoRA initialization, 0 to 2**32 - 1",
+    "prepare_kbit": "peft's prepare_model_for_kbit_training on 4-bit models (the fp32 upcast)",
+    "offload_embeddings": "keep the input embedding table in CPU memory and look tokens up there",
+    "liger_kernels": "Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)",
+    "torch_compile": "compile the model with torch.compile",
+    "offload_activations": "trl's activation offloading: saved activations wait in CPU memory (CUDA only)",
+    "tf32": "fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)",
+}
+
+
 def known_optimizers() -> list[str]:
     """Every optimizer name the installed transformers accepts for `optim=`."""
     from transformers.training_args import OptimizerNames

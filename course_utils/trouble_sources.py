@@ -361,9 +361,9 @@ def positions_error() -> str:
 # --- generated parts: what to turn down, from the estimator and the planner -------------------------
 def estimate_command(recipe, hardware: str = "t4") -> str:
     """The `course estimate` command for `recipe`: flags where it differs from the CLI's plain LoRA base."""
-    from .recipe import Recipe
+    from .cli_recipe import estimate_base
 
-    base = Recipe(model=recipe.model, precision="auto")
+    base = estimate_base(recipe.model)
     flags = [f"--model {recipe.model}"]
     for name, flag in (("precision", "--precision"), ("micro_batch", "--micro-batch"), ("grad_accum", "--grad-accum"),
                        ("max_seq_length", "--seq"), ("optimizer", "--optimizer")):

@@ -58,15 +58,13 @@ def cli_run_args() -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def cli_baseline_recipe():
-    """The first rung of `course run CLI_RUN_ARGS`, built from the CLI's own parser defaults."""
+    """The first rung of `course run CLI_RUN_ARGS`, built by the CLI's own parser and base recipe."""
     from course_utils.cli import build_parser
+    from course_utils.cli_recipe import run_recipe
     from course_utils.hardware import resolve_precision
-    from course_utils.recipe import Recipe, ladder
+    from course_utils.recipe import ladder
 
-    args = build_parser().parse_args(["run", *CLI_RUN_ARGS])
-    base = Recipe(model=args.model, micro_batch=args.micro_batch, max_seq_length=args.seq,
-                  steps=args.steps, learning_rate=args.lr)
-    rung = ladder(base)[0]
+    rung = ladder(run_recipe(build_parser().parse_args(["run", *CLI_RUN_ARGS])))[0]
     return rung.with_(precision=resolve_precision(rung.precision), label=rung.label)  # as run_ladder does
 
 

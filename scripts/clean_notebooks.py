@@ -7,6 +7,10 @@ that carries a static copy of itself (the quiz's questions, the checklist's stat
 course_utils.static_copy) keeps that copy, which GitHub and nbviewer show. An output left with nothing
 but the widget's Python repr (a progress bar frozen at 0%, `VBox(children=...)`) is dropped whole.
 
+It also names the kernel as ipykernel names itself (`kernelspec`: "Python 3 (ipykernel)"): JupyterLab
+rewrites a different display name when the kernel starts, which marks a notebook modified as soon as
+it is opened.
+
     python scripts/clean_notebooks.py notebooks/*.ipynb
 """
 
@@ -39,10 +43,19 @@ def _shown_text(out: dict) -> str:
     return json.dumps(out.get("text", "")) + "".join(json.dumps(data.get(k, "")) for k in ("text/plain", "text/markdown"))
 
 
+def kernelspec() -> dict:
+    """The notebook metadata of ipykernel's own kernel spec (what JupyterLab writes when the kernel starts)."""
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    spec = get_kernel_dict()
+    return {"display_name": spec["display_name"], "language": spec["language"], "name": KERNEL_NAME}
+
+
 def clean(path: Path) -> list[str]:
     """Clean one notebook in place; return the problems left (absolute paths in outputs)."""
     nb = json.loads(path.read_text())
     nb.get("metadata", {}).pop("widgets", None)
+    nb.setdefault("metadata", {})["kernelspec"] = kernelspec()
     problems = []
     for i, cell in enumerate(nb["cells"]):
         if cell["cell_type"] != "code":

@@ -406,3 +406,14 @@ def test_committed_notebooks_are_clean(tmp_path):
         copy.write_text(path.read_text())
         assert mod.clean(copy) == []
         assert copy.read_text() == path.read_text(), f"{path.name}: run scripts/clean_notebooks.py on it"
+
+
+def test_committed_notebooks_name_the_kernel_as_ipykernel_does():
+    """JupyterLab rewrites the kernelspec's display name to the running kernel's ("Python 3 (ipykernel)") when
+    it starts: a committed notebook with another name is marked modified as soon as a learner opens it."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    for path in NOTEBOOKS:
+        spec = json.loads(path.read_text())["metadata"]["kernelspec"]
+        assert spec["display_name"] == get_kernel_dict()["display_name"], path.name
+        assert spec["name"] == "python3", path.name

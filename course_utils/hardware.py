@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .common import GiB, MiB  # noqa: F401  (hardware.GiB, hardware.MiB)
+from .virtual_card import CARD_GROUP_ENV, group_note, group_used_bytes
 
 STACK = ("torch", "transformers", "peft", "trl", "bitsandbytes", "datasets", "accelerate")
 
@@ -121,56 +122,9 @@ def _card_used_bytes() -> int:
     import torch
 
     free, total = torch.cuda.mem_get_info(0)
-    if os.environ.get("COURSE_CARD_GROUP"):
+    if os.environ.get(CARD_GROUP_ENV):
         return group_used_bytes()
     return total - free
-
-
-def group_used_bytes(session: int | None = None) -> int:
-    """GPU memory held by the processes of one session (default: this process's), from NVML."""
-    return sum(used for _, used in group_processes(session))
-
-
-def group_processes(session: int | None = None) -> list[tuple[int, int]]:
-    """(pid, bytes) of every process of one session (default: this process's) that holds GPU memory, from NVML."""
-    import pynvml
-
-    session = os.getsid(0) if session is None else session
-    pynvml.nvmlInit()
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        found = []
-        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-            try:
-                if os.getsid(proc.pid) == session:
-                    found.append((proc.pid, proc.usedGpuMemory or 0))
-            except (ProcessLookupError, PermissionError):
-                continue
-        return found
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _command(pid: int) -> str:
-    """A process's command line, short (for a diagnosis)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            words = f.read().decode(errors="replace").split("\0")
-    except OSError:
-        return "?"
-    return " ".join(os.path.basename(w) if i < 2 else w for i, w in enumerate(words[:4]))[:60]
-
-
-def _group_note() -> str:
-    """Which processes a virtual card counted (pid: GiB, this one marked), for the measurement's note."""
-    if not os.environ.get("COURSE_CARD_GROUP"):
-        return ""
-    try:
-        procs = group_processes()
-    except Exception as exc:  # the note is a diagnosis; the cap itself was already computed
-        return f"; counted: unknown ({type(exc).__name__})"
-    parts = [f"{pid}{'*' if pid == os.getpid() else ''} {used / GiB:.2f} ({_command(pid)})" for pid, used in procs]
-    return f"; counted (pid GiB, * this one): {', '.join(parts) or 'none'}"
 
 
 def apply_profile() -> str | None:
@@ -192,7 +146,7 @@ def apply_profile() -> str | None:
     torch.cuda.set_per_process_memory_fraction(max(cap, 1) / total, 0)
     return (f"{prof.label}: this process may reserve {cap / GiB:.2f} GiB (the card's {prof.card_bytes / GiB:.2f} GiB "
             f"less {(used - torch.cuda.memory_reserved(0)) / GiB:.2f} GiB held by CUDA contexts and other processes, "
-            f"less {prof.headroom_bytes / GiB:.2f} GiB kept for the contexts to grow{_group_note()})"
+            f"less {prof.headroom_bytes / GiB:.2f} GiB kept for the contexts to grow{group_note()})"
             + ("; flash and cuDNN attention off" if not prof.flash_attention else ""))
 
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("COURSE_PROFILE", "t4")
 
 from course_utils.t4check import strip_env  # noqa: E402
+from course_utils.virtual_card import CARD_GROUP_ENV, group_used_bytes  # noqa: E402
 
 VARIANTS = {"small": [], "llama-8b": ["--use-llama-8b"]}
 
@@ -58,8 +59,6 @@ class CardPoll(threading.Thread):
         self.session, self.every_s, self.peak, self.stop = session, every_s, 0, threading.Event()
 
     def run(self) -> None:
-        from course_utils.hardware import group_used_bytes
-
         while not self.stop.is_set():
             try:
                 if self.session is None:  # one run at a time: the whole card
@@ -82,8 +81,6 @@ def nvml_sees_sessions() -> bool:
     probe = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         probe.stdout.readline()
-        from course_utils.hardware import group_used_bytes
-
         return group_used_bytes(probe.pid) >= 2**30
     except Exception as exc:
         print(f"NVML cannot count processes here ({type(exc).__name__}: {exc}); running one at a time")
@@ -112,7 +109,7 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
         stale.unlink()
     env = dict(os.environ, COURSE_HOME=str(home), MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     if parallel:
-        env["COURSE_CARD_GROUP"] = "1"
+        env[CARD_GROUP_ENV] = "1"
     if cores:
         env.update({name: str(len(cores)) for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
     cmd = [sys.executable, str(ROOT / "scripts" / "run_notebook_code.py"), str(nb), *VARIANTS[variant]]
@@ -199,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores and len(mine) < args.cores * at_once:
         print(f"{len(mine)} CPU cores cannot give {at_once} runs {args.cores} each", file=sys.stderr)
         return 2
+    if args.cores != 2:  # the shipped records are Colab's 2 cores (tests/test_t4check.py): say so before it runs
+        print(f"note: --cores {args.cores} is not a free Colab's 2 cores; these records' memory is a T4's, their wall "
+              "times are not, and course_utils/reference/t4/ takes only 2-core records", flush=True)
     slots: queue.Queue = queue.Queue()
     for i in range(at_once):
         slots.put(mine[i * args.cores:(i + 1) * args.cores] if args.cores else None)

@@ -41,7 +41,7 @@ DEFECTS = {
     ("06_sequence_length_and_batch", "llama-8b", "2026-12-01T19:32:50+00:00"):
         "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
         "say how much): the kernel had built the random-weight 8B folder on the GPU and kept 4.51 GiB (fixed since; "
-        "a re-check on 4 cores ran through, measurements/t4-20261201-2203)",
+        "a re-check on 4 cores ran through, measurements/t4-20261201-2234)",
 }
 
 

@@ -239,9 +239,13 @@ def loss_agreement(a, b) -> dict:
 def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
     20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
-    run="plan-check" scripts/check_plan.py's run of the planner's picks."""
+    run="plan-check" scripts/check_plan.py's run of the planner's picks, run="peer-run" our recipes measured beside
+    the peer in the same leases (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart from the runs
+    the estimator and the planner are checked on, which they repeat)."""
     from .results import shipped_results
 
+    if run == "peer-run":
+        return shipped_results("beyond/peers", f"ours-{model}.jsonl")
     return shipped_results("beyond", f"{run}-{model}.jsonl" if run else f"{model}.jsonl")
 
 

@@ -10,7 +10,7 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   t4(notebook, label, variant="small")  a run of the shipped T4 check (course_utils/reference/t4/)
   beyond(label, run="")             a shipped run of notebook 08's recipes (course_utils/reference/beyond/)
   shapes(model), nf4_bits(dq)       a model's shapes; bits per weight of NF4 (with double quant)
-  peer(batch, name="unsloth")       a peer stack's figures from course_utils/reference/beyond/peers.json
+  peer(batch, name="unsloth")       a peer stack's runs (reference/beyond/peers/, measured; else peers.json)
   planner(model, budget, hardware)  course_utils.plan.plan(...): its rows, its pick (with .speed)
   accuracy()                        the estimate against every GPU reference run (scripts/estimator_accuracy.py)
   curves(run="")                    how notebook 08's loss curves agree with the source recipe's
@@ -159,7 +159,8 @@ def _targets() -> SimpleNamespace:
     from . import beyond
 
     return SimpleNamespace(lean_max_ratio=beyond.LEAN_MAX_RATIO, lean_max_gib=beyond.LEAN_MAX_GIB,
-                           fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP)
+                           fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP,
+                           peer_max_ratio=beyond.PEER_MAX_MEMORY_RATIO, peer_min_speedup=beyond.PEER_MIN_SPEEDUP)
 
 
 def nf4_bits(double_quant: bool = True) -> float:
@@ -170,7 +171,7 @@ def nf4_bits(double_quant: bool = True) -> float:
 
 
 def peer(batch: str, name: str = "unsloth") -> SimpleNamespace:
-    """A peer stack's run at this batching ("1x16", "16x1"), from peers.json: .peak_allocated_gib,
+    """A peer stack's run at this batching ("1x16", "16x1"), from beyond.peers(): .peak_allocated_gib,
     .tokens_per_s, .version, ..."""
     from .beyond import peers
 

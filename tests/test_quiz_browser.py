@@ -1,9 +1,24 @@
-"""The quiz in a real browser: JupyterLab on localhost, driven in headless Chromium by Playwright.
+"""The course in a real browser: JupyterLab on localhost, driven in headless Chromium by Playwright.
 
-It runs a notebook cell that shows the gradient-checkpointing quiz, picks a wrong answer, checks it,
-then the right one, and reads the feedback and the score off the page. The screenshot is saved in the
-test's tmp_path and copied to test-artifacts/quiz_browser.png (the first question after the wrong
-answer: quiz_browser_wrong.png; test-artifacts/ is git-ignored).
+One JupyterLab server and one Chromium serve both tests, which do what a learner does:
+
+- notebook 01 as committed, run with Run > Run All Cells: every cell runs and no error output shows
+  anywhere on the page; then its quiz, live: a choice (a wrong answer, then the right one), a number (a
+  common wrong one, then the right one) and a multiple-answer question (one right answer short, then all),
+  the feedback and the score read off the page, the expected answers and messages from the bank itself;
+- notebook 07 as committed, nothing run: its quiz's questions and choices and its checklist's table show
+  as rendered Markdown (the static copies scripts/clean_notebooks.py keeps), and no answer or explanation
+  shows; then its two checklist cells are run and an item unticked and ticked again, the report following.
+
+Why notebook 01: of the notebooks whose quiz has all three question types it is the cheapest to run whole
+on a CPU with the embedded tiny model (about 33 s here, as notebook 02; 09 takes 42 s, the others measure
+more rungs). Notebook 07, the checklist's, is far too long to run whole here (the full ladder, the chapter's
+training script, generation), so only its two checklist cells are run.
+
+Screenshots go to test-artifacts/ (git-ignored): notebook_run_all.png (notebook 01 after Run All, at its
+quiz), notebook_quiz_wrong.png (the first question after a wrong answer), notebook_quiz.png (the quiz
+answered), static_quiz.png and static_checklist.png (notebook 07 as committed), checklist_unticked.png (its
+live checklist with QLoRA unticked); <name>_failure.png, the whole page, when a test fails.
 
 Needs Debian's `chromium` (.ci/run installs it: apt-get install chromium); Playwright drives that
 binary and never downloads a browser. Skipped, with the reason, when /usr/bin/chromium is missing.
@@ -11,8 +26,10 @@ binary and never downloads a browser. Skipped, with the reason, when /usr/bin/ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -36,9 +53,14 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage",  # small /dev/shm in containers
 ]
-BANK = "01_gradient_checkpointing"
-QUIZ_CELL = f'from course_utils.quiz import show_quiz; show_quiz("{BANK}")'
-ARTIFACT = ROOT / "test-artifacts" / "quiz_browser.png"
+ARTIFACTS = ROOT / "test-artifacts"
+RUN_ALL = "01_gradient_checkpointing"  # run whole (see above for why this one)
+CHECKLIST_NB = "07_complete_recipe"  # the checklist widget's notebook (too slow to run whole here)
+# JupyterLab renders a stderr stream and an error output (its traceback) with this mime type; a widget
+# that fails to render leaves one of ERROR_TEXTS.
+ERROR_OUTPUT = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'
+ERROR_TEXTS = ("Error displaying widget", "Error creating widget", "Javascript Error")
+VIEWPORT = {"width": 1366, "height": 2000}  # 1366: the issue's learner width; the answered quiz fits
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(),
@@ -102,13 +124,17 @@ class Lab:
                 time.sleep(0.3)
         raise TimeoutError(f"JupyterLab did not answer in {timeout} s:\n{self.log_tail()}")
 
-    def wait_kernel_idle(self, timeout: float = 60) -> None:
-        """Wait until the notebook's kernel is started and idle."""
+    def wait_kernel_idle(self, timeout: float = 60, path: str | None = None) -> None:
+        """Wait until the notebook's kernel is started and idle (with `path`: the kernel of that notebook's
+        session; without: every kernel, and at least one)."""
         deadline = time.monotonic() + timeout
         kernels = None
         while time.monotonic() < deadline:
             try:
-                kernels = self.api("kernels")
+                if path is None:
+                    kernels = self.api("kernels")
+                else:
+                    kernels = [s["kernel"] for s in self.api("sessions") if s.get("path") == path and s.get("kernel")]
             except urllib.error.HTTPError as e:
                 # jupyter_server 2.x answers 500 while a kernel is half started (last_activity is None)
                 kernels = f"HTTP {e.code}"
@@ -134,81 +160,289 @@ class Lab:
             self._log.close()
 
 
-@pytest.fixture
-def lab(tmp_path):
-    server = Lab(tmp_path)
+# --- one server and one browser for the module -----------------------------------------------------
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, tiny_model):
+    """JupyterLab with notebooks 01 and 07, as committed, in its root. The embedded tiny model is built
+    first (in CI, other tests have built it already), so that Run All does not time its build."""
+    base = tmp_path_factory.mktemp("lab")
+    # every cell in the page from the start (JupyterLab's default windowing attaches them a few at a time),
+    # so that what the tests read of the whole notebook is the whole notebook
+    tracker = base / "lab-settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    server = Lab(base)
     try:
         server.wait_ready()
-        nb = nbformat.v4.new_notebook()
-        nb.cells = [nbformat.v4.new_code_cell(QUIZ_CELL)]
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-        nbformat.write(nb, server.root / "quiz.ipynb")
+        for name in (RUN_ALL, CHECKLIST_NB):
+            shutil.copy(ROOT / "notebooks" / f"{name}.ipynb", server.root)
         yield server
     finally:
         server.stop()
 
 
-def test_quiz_in_jupyterlab_in_headless_chromium(lab, tmp_path):
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Headless Chromium (Debian's), one context for the module's pages."""
     from playwright.sync_api import expect, sync_playwright
 
-    question = load_bank(BANK).questions[0]
-    assert question.type == "single"
-    right = question.right_choices[0]
-    wrong = next(i for i, c in enumerate(question.choices) if not c.correct)
-    total = len(load_bank(BANK))
-    shot = tmp_path / "quiz_browser.png"
-    console: list[str] = []
+    expect.set_options(timeout=15_000)  # a kernel's answer on a busy 2-core machine, with room to spare
 
     with sync_playwright() as pw:
         context = pw.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 1800})
+            str(tmp_path_factory.mktemp("chromium") / "profile"), executable_path=str(CHROMIUM), headless=True,
+            args=CHROMIUM_ARGS, viewport=VIEWPORT)
         context.set_default_timeout(30_000)
-        page = context.new_page()
-        page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
         try:
-            page.goto(f"{lab.url}/lab/tree/quiz.ipynb?reset&token={lab.token}", wait_until="domcontentloaded",
-                      timeout=60_000)
-            page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content", timeout=60_000)
-            lab.wait_kernel_idle()
-
-            # run the quiz cell
-            page.locator(".jp-CodeCell .cm-content").first.click()
-            page.keyboard.press("Shift+Enter")
-            first = page.locator(".course-quiz .course-quiz-question").first
-            first.wait_for(state="visible", timeout=60_000)
-
-            # a wrong answer, then Check
-            first.locator("label", has_text=_plain(question.choices[wrong].text)).click()
-            first.locator("button.course-quiz-check").click()
-            feedback = first.locator(".course-quiz-feedback")
-            expect(feedback).to_contain_text("Not quite")
-            expect(feedback).to_contain_text(_plain(question.choices[wrong].explanation)[:60])
-            expect(page.locator(".course-quiz-score")).to_contain_text(f"Score: 0/{total}")
-            first.screenshot(path=str(tmp_path / "quiz_browser_wrong.png"))
-
-            # the right answer, then Check
-            first.locator("label", has_text=_plain(question.choices[right].text)).click()
-            first.locator("button.course-quiz-check").click()
-            expect(feedback).to_contain_text("Correct!")
-            expect(feedback).to_contain_text(_plain(question.choices[right].explanation)[:60])
-            expect(page.locator(".course-quiz-score")).to_contain_text(f"Score: 1/{total}")
-            expect(first.locator("button.course-quiz-again")).to_be_visible()
-
-            page.locator(".course-quiz").scroll_into_view_if_needed()
-            page.screenshot(path=str(shot))
-        except Exception:
-            page.screenshot(path=str(tmp_path / "failure.png"))
-            ARTIFACT.parent.mkdir(exist_ok=True)
-            shutil.copy(tmp_path / "failure.png", ARTIFACT.with_name("quiz_browser_failure.png"))
-            print("browser console errors:\n" + "\n".join(console[-20:]))
-            print("JupyterLab log:\n" + lab.log_tail())
-            raise
+            yield context
         finally:
             context.close()
 
-    assert shot.stat().st_size > 10_000
-    ARTIFACT.parent.mkdir(exist_ok=True)
-    shutil.copy(shot, ARTIFACT)
-    shutil.copy(tmp_path / "quiz_browser_wrong.png", ARTIFACT.with_name("quiz_browser_wrong.png"))
-    ARTIFACT.with_name("quiz_browser_failure.png").unlink(missing_ok=True)  # from an earlier failed run
+
+@contextlib.contextmanager
+def notebook_page(browser, lab: Lab, notebook: str, name: str):
+    """A page with `notebook` open in JupyterLab and its kernel idle. When the block fails: a screenshot in
+    test-artifacts/<name>_failure.png, and the browser's console errors and the server's log printed."""
+    page = browser.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type == "error" else None)
+    failure = ARTIFACTS / f"{name}_failure.png"
+    try:
+        page.goto(f"{lab.url}/lab/tree/{notebook}?reset&token={lab.token}", wait_until="domcontentloaded",
+                  timeout=60_000)
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell .cm-content", timeout=60_000)
+        lab.wait_kernel_idle(path=notebook)  # this notebook's own kernel, not another page's
+        yield page
+    except Exception:
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(failure), full_page=True)
+        print("browser console errors:\n" + "\n".join(console[-20:]))
+        print("JupyterLab log:\n" + lab.log_tail())
+        raise
+    else:
+        failure.unlink(missing_ok=True)  # from an earlier failed run
+    finally:
+        page.close()
+
+
+def shot(target, name: str) -> None:
+    """A screenshot of a page or an element into test-artifacts/."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    target.screenshot(path=str(ARTIFACTS / name))
+    assert (ARTIFACTS / name).stat().st_size > 5_000
+
+
+def code_cell(page, source_line: str):
+    """The code cell whose source holds this line."""
+    return page.locator(".jp-Notebook .jp-CodeCell").filter(
+        has=page.locator(".jp-InputArea .cm-content", has_text=source_line))
+
+
+def assert_no_error_output(page) -> None:
+    """No error or stderr output, and no widget that failed to render, anywhere in the notebook."""
+    errors = page.locator(ERROR_OUTPUT)
+    assert errors.count() == 0, "error output on the page:\n" + "\n---\n".join(
+        t[-1500:] for t in errors.all_text_contents())
+    notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+    for text in ERROR_TEXTS:
+        assert notebook.get_by_text(text).count() == 0, f"{text!r} on the page"
+
+
+# Run All has finished: no cell queued or running ("[*]:"), and the last cell's live quiz is shown (the
+# committed notebook has only its static copy) or an error stopped the run (JupyterLab then leaves the
+# cells after it unrun).
+RUN_ALL_DONE_JS = """
+(error) => {
+  const prompts = [...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea-prompt')];
+  if (!prompts.length || prompts.some(p => p.textContent.includes('*'))) return false;
+  return document.querySelector('.course-quiz') !== null || document.querySelector(error) !== null;
+}
+"""
+
+
+def run_all(page, timeout_s: float = 420) -> None:
+    """Run > Run All Cells, then wait until it has finished (RUN_ALL_DONE_JS)."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    page.wait_for_function(RUN_ALL_DONE_JS, arg=ERROR_OUTPUT, timeout=timeout_s * 1000, polling=250)
+
+
+# --- the quiz's controls as a learner uses them ------------------------------------------------------
+def quiz_box(page, questions, qtype: str):
+    """(the question, its box on the page): the quiz's first question of a type."""
+    n, q = next((n, q) for n, q in enumerate(questions) if q.type == qtype)
+    return q, page.locator(".course-quiz .course-quiz-question").nth(n)
+
+
+def choice_label(box, question, i: int):
+    kind = ".widget-radio-box label" if question.type == "single" else ".widget-checkbox label"
+    return box.locator(kind, has_text=_plain(question.choices[i].text))
+
+
+def press_check(box):
+    box.locator("button.course-quiz-check").click()
+    return box.locator(".course-quiz-feedback")
+
+
+def wrong_choice(question) -> int:
+    return next(i for i, c in enumerate(question.choices) if not c.correct)
+
+
+def _normal(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def explanations(question) -> list[str]:
+    """What a quiz shows only after Check: every explanation and hint of a question."""
+    texts = [c.explanation for c in question.choices] + [question.explanation, question.hint]
+    return [t for t in texts + [w.explanation for w in question.wrong_answers] if t]
+
+
+# --- the tests ----------------------------------------------------------------------------------------
+def test_course_notebook_run_all_then_its_quiz(lab, browser):
+    """Notebook 01 as committed: Run > Run All Cells, every cell runs without an error output; then its
+    quiz's choice, number and multiple-answer questions, each wrong and then right."""
+    from playwright.sync_api import expect
+
+    from course_utils.quiz import grade
+
+    questions = load_bank(RUN_ALL).questions
+    total = len(questions)
+
+    with notebook_page(browser, lab, f"{RUN_ALL}.ipynb", "notebook_run_all") as page:
+        run_all(page)
+        assert_no_error_output(page)
+        # Run All marks every code cell "[*]:", and a fresh kernel counts from 1: each cell ran once, in order
+        # (a cell whose source is hidden shows no prompt)
+        code_cells = [c for c in nbformat.read(lab.root / f"{RUN_ALL}.ipynb", as_version=4).cells
+                      if c.cell_type == "code"]
+        expected = [f"[{n}]:" for n, c in enumerate(code_cells, start=1)
+                    if not c.metadata.get("jupyter", {}).get("source_hidden")]
+        prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-prompt").all_text_contents()
+        assert [p.strip() for p in prompts] == expected
+        quiz = page.locator(".course-quiz")
+        expect(quiz).to_have_count(1)  # shown once, live
+        score = quiz.locator(".course-quiz-score")
+        expect(score).to_contain_text(f"Score: 0/{total}")
+        quiz.scroll_into_view_if_needed()
+        shot(page, "notebook_run_all.png")
+
+        # a choice: a wrong one (its explanation, not the right one's), then the right one
+        q, box = quiz_box(page, questions, "single")
+        wrong, right = wrong_choice(q), q.right_choices[0]
+        choice_label(box, q, wrong).click()
+        feedback = press_check(box)
+        expect(feedback).to_contain_text(grade(q, wrong).message)  # "Not quite. ..."
+        expect(feedback).to_contain_text(_plain(q.choices[wrong].explanation)[:60])
+        expect(feedback).not_to_contain_text(_plain(q.choices[right].explanation)[:60])  # not given away
+        expect(score).to_contain_text(f"Score: 0/{total} (1 of {total} checked)")
+        shot(box, "notebook_quiz_wrong.png")
+        choice_label(box, q, right).click()
+        press_check(box)
+        expect(feedback).to_contain_text("Correct!")
+        expect(feedback).to_contain_text(_plain(q.choices[right].explanation)[:60])
+        expect(box.locator("input[type=radio]").first).to_be_disabled()  # a right answer is locked
+        expect(box.locator("button.course-quiz-again")).to_be_visible()
+        expect(score).to_contain_text(f"Score: 1/{total}")
+
+        # a number: a common wrong one (what it explains), then the right one
+        q, box = quiz_box(page, questions, "numeric")
+        assert q.wrong_answers, q.id
+        number = box.locator("input[type=text]")
+        number.fill(f"{q.wrong_answers[0].value:g}")
+        feedback = press_check(box)
+        expect(feedback).to_contain_text(grade(q, q.wrong_answers[0].value).message)
+        expect(feedback).to_contain_text(_plain(q.wrong_answers[0].explanation)[:60])
+        number.fill(f"{q.answer:g}")
+        press_check(box)
+        expect(feedback).to_contain_text("Correct!")
+        expect(feedback).to_contain_text(_plain(q.explanation)[:60])
+        expect(score).to_contain_text(f"Score: 2/{total}")
+
+        # several answers: one right one only, then all of them
+        q, box = quiz_box(page, questions, "multiple")
+        right = q.right_choices
+        assert len(right) >= 2, q.id
+        choice_label(box, q, right[0]).click()
+        feedback = press_check(box)
+        expect(feedback).to_contain_text(grade(q, right[:1]).message)  # "... at least one right answer is missing"
+        expect(score).to_contain_text(f"Score: 2/{total}")
+        for i in right[1:]:
+            choice_label(box, q, i).click()
+        press_check(box)
+        expect(feedback).to_contain_text(grade(q, list(right)).message)
+        for i in range(len(q.choices)):
+            expect(choice_label(box, q, i).locator("input[type=checkbox]")).to_be_checked(checked=i in right)
+        expect(score).to_contain_text(f"Score: 3/{total} (3 of {total} checked)")
+
+        assert_no_error_output(page)
+        quiz.scroll_into_view_if_needed()
+        shot(quiz, "notebook_quiz.png")
+
+
+def test_committed_notebook_static_view_then_the_checklist(lab, browser):
+    """Notebook 07 as committed, nothing run: its quiz's questions and its checklist show as rendered
+    Markdown, and no answer; then its checklist cells run and an item is unticked and ticked again."""
+    from playwright.sync_api import expect
+
+    from course_utils.checklist import CHECKLIST, check_recipe
+    from course_utils.recipe import source_chapter_recipe
+
+    bank = load_bank(CHECKLIST_NB)
+    chapter = source_chapter_recipe("llama-3.1-8b")  # what the notebook's checklist cell checks
+    markdown = '.jp-OutputArea-output[data-mime-type="text/markdown"]'
+
+    with notebook_page(browser, lab, f"{CHECKLIST_NB}.ipynb", "static_view") as page:
+        notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+        # the quiz: every question and choice, as Markdown; no live quiz, nothing ticked, no explanation
+        static_quiz = code_cell(page, f'show_quiz("{CHECKLIST_NB}")').locator(markdown)
+        expect(static_quiz).to_have_count(1)
+        expect(static_quiz).to_contain_text(f"Quiz: {bank.title} ({len(bank)} questions)")
+        items = static_quiz.locator("ol > li")  # the numbered questions, in the bank's order
+        expect(items).to_have_count(len(bank))
+        for item, q in zip(items.all(), bank.questions):
+            expect(item).to_contain_text(_plain(q.prompt))
+            for c in q.choices:
+                expect(item).to_contain_text(_plain(c.text))
+        numeric = [q for q in bank.questions if q.type == "numeric"]
+        expect(static_quiz.get_by_text("Answer: ______")).to_have_count(len(numeric))  # blanks, not the answers
+        expect(static_quiz.locator("input:checked")).to_have_count(0)
+        expect(page.locator(".course-quiz")).to_have_count(0)
+        shown = _normal(notebook.text_content())
+        for q in bank.questions:
+            for text in explanations(q):
+                assert _normal(_plain(text))[:60] not in shown, f"an answer shows: {text[:80]!r}"
+        static_quiz.scroll_into_view_if_needed()
+        shot(static_quiz, "static_quiz.png")
+
+        # the checklist: its state when the cell ran, one table row per item
+        checklist = code_cell(page, 'checklist_widget(chapter, hardware="t4")')
+        static_list = checklist.locator(markdown)
+        expect(static_list).to_contain_text("Memory checklist as it stood when this cell ran")
+        rows = static_list.locator("table tbody tr")
+        expect(rows).to_have_count(len(CHECKLIST))
+        for row, (item, follows, _) in zip(rows.all(), CHECKLIST):
+            expect(row).to_contain_text(f"{'☑ yes' if follows(chapter) else '☐ no'} {item}")
+        static_list.scroll_into_view_if_needed()
+        shot(static_list, "static_checklist.png")
+        assert_no_error_output(page)
+
+        # the live checklist: run the report's cell and the widget's cell after it, as a learner would
+        code_cell(page, "print(check_recipe(chapter").locator(".cm-content").click()
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.press("Shift+Enter")
+        report = checklist.locator(".widget-html-content pre")
+        expect(report).to_have_text(check_recipe(chapter, "t4"), timeout=60_000)
+        qlora_item, _, without_qlora = CHECKLIST[0]
+        qlora = checklist.locator(".widget-checkbox", has_text=qlora_item).locator("input[type=checkbox]")
+        expect(qlora).to_be_checked()
+        qlora.click()  # untick
+        expect(qlora).not_to_be_checked()
+        expect(report).to_have_text(check_recipe(without_qlora(chapter), "t4"))
+        expect(report).to_contain_text("DOES NOT FIT")
+        checklist.scroll_into_view_if_needed()
+        shot(checklist, "checklist_unticked.png")
+        qlora.click()  # tick again
+        expect(qlora).to_be_checked()
+        expect(report).to_have_text(check_recipe(chapter, "t4"))
+        assert_no_error_output(page)

@@ -332,19 +332,27 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     import datasets
 
     args = sft_config(recipe, precision, output_dir or tempfile.mkdtemp(prefix="course-run-"))
+    data = dataset if dataset is not None else training_dataset(recipe)
+    key = _packed_key(data, tokenizer, args)
+    packed = _PACKED.get(key) if key is not None else None
+    if packed is not None:  # this process packed the same data with the same tokenizer before: trl would repeat it
+        args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}
     datasets.disable_progress_bars()  # tokenizing and packing 1,200 records takes a second
     try:
         trainer = SFTTrainer(
             model=model,
             args=args,
-            train_dataset=dataset if dataset is not None else training_dataset(recipe),
+            train_dataset=data if packed is None else packed,
             processing_class=tokenizer,
             callbacks=list(callbacks),
         )
-        # 'wrapped' packing leaves one short block per 1,000 records; drop them, so that every
-        # micro-batch is exactly micro_batch x max_seq_length tokens, with no padding and no mask
-        full = recipe.max_seq_length
-        trainer.train_dataset = trainer.train_dataset.filter(lambda row: len(row["input_ids"]) == full)
+        if packed is None:
+            # 'wrapped' packing leaves one short block per 1,000 records; drop them, so that every
+            # micro-batch is exactly micro_batch x max_seq_length tokens, with no padding and no mask
+            full = recipe.max_seq_length
+            trainer.train_dataset = trainer.train_dataset.filter(lambda row: len(row["input_ids"]) == full)
+            if key is not None:
+                _PACKED[key] = trainer.train_dataset
     finally:
         datasets.enable_progress_bars()
     check_packed(recipe, len(trainer.train_dataset))
@@ -366,6 +374,26 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
     return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
                  trainer=trainer, notes=notes)
+
+
+_PACKED: dict[tuple, Any] = {}  # _packed_key -> the packed, filtered blocks (a Dataset is not changed in place)
+
+
+def _packed_key(data, tokenizer, args) -> tuple | None:
+    """Everything trl's tokenizing and packing of `data` reads (SFTTrainer._prepare_dataset): the data's content
+    fingerprint, the tokenizer's content, and the SFTConfig fields it uses. None (no reuse) when the data has no
+    fingerprint (an IterableDataset) or the tokenizer is not a fast one that can be serialized."""
+    import hashlib
+
+    fingerprint = getattr(data, "_fingerprint", None)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if fingerprint is None or backend is None:
+        return None
+    vocab = hashlib.sha256(backend.to_str().encode()).hexdigest()
+    return (fingerprint, vocab, type(tokenizer).__name__, tokenizer.eos_token, tokenizer.chat_template,
+            *(str(getattr(args, name)) for name in (
+                "max_length", "packing", "packing_strategy", "dataset_text_field", "shuffle_dataset", "seed",
+                "truncation_mode", "assistant_only_loss", "completion_only_loss", "padding_free", "dataset_kwargs")))
 
 
 def check_packed(recipe: Recipe, sequences: int) -> None:

@@ -191,8 +191,18 @@ def _text_column(record: Mapping[str, str]) -> dict[str, str]:
 
 
 def to_text_dataset(ds: datasets.Dataset) -> datasets.Dataset:
-    """Return a dataset with a single "text" column built with format_prompt."""
-    return ds.map(_text_column, remove_columns=ds.column_names, desc="Formatting prompts")
+    """Return a dataset with a single "text" column built with format_prompt. Formatted once per distinct input
+    in a process (keyed by its content fingerprint): every build of a recipe formats the same records."""
+    key = getattr(ds, "_fingerprint", None)
+    text = _TEXT_DATASETS.get(key) if key else None
+    if text is None:
+        text = ds.map(_text_column, remove_columns=ds.column_names, desc="Formatting prompts")
+        if key:
+            _TEXT_DATASETS[key] = text
+    return text
+
+
+_TEXT_DATASETS: dict[str, datasets.Dataset] = {}  # to_text_dataset: fingerprint -> result (never changed in place)
 
 
 def corpus_text(n: int | None = None) -> list[str]:

@@ -117,7 +117,8 @@ def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
             if getattr(r2, knob) == default or not _same_apart_from_batching(r2.with_(**{knob: default}), before):
                 continue
             for r1, t1 in runs:
-                if r1.micro_batch == r2.micro_batch and same_setup(r1, r2.with_(**{knob: default})):
+                if r1.micro_batch == r2.micro_batch and getattr(r1, knob) == default and \
+                        same_setup(r1, r2, ignore=(knob,)):
                     pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), t2 / t1, r1.micro_batch))
         if pairs:
             _, ratio, mb = min(pairs)
@@ -131,8 +132,7 @@ def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
 
 def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
     """Same setup once micro-batch, accumulation and optimizer are set aside."""
-    neutral = dict(micro_batch=1, grad_accum=1, optimizer="adamw_torch")
-    return same_setup(a.with_(**neutral), b.with_(**neutral))
+    return same_setup(a, b, ignore=("micro_batch", "grad_accum", "optimizer"))
 
 
 _TUNING_SHORT = {"prepare_kbit": "no fp32 upcast", "offload_embeddings": "embeddings on CPU",
@@ -219,7 +219,7 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
     exact = next((m for m in usable if same_setup(m.recipe_obj, recipe)), None)
     if exact is not None:
         return Speed(exact.tokens_per_s, f"measured ({exact.label})", True)
-    twin = next((m for m in usable if same_setup(m.recipe_obj.with_(optimizer=recipe.optimizer), recipe)), None)
+    twin = next((m for m in usable if same_setup(m.recipe_obj, recipe, ignore=("optimizer",))), None)
     if twin is not None:  # the optimizers' speeds differ by less than the run-to-run noise (see the model below)
         return Speed(twin.tokens_per_s, f"measured with {twin.recipe['optimizer']} ({twin.label})", False)
     if is_tuned(recipe):  # the same recipe without the changes, times their measured factors

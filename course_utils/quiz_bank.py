@@ -8,6 +8,8 @@ schema is in ``quizzes/README.md``); an installed wheel carries the same files a
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import random
 import re
@@ -125,13 +127,24 @@ def load_bank(name: str | Path) -> Bank:
     """Load and validate one bank, by name ("01_gradient_checkpointing", or "01") or by path."""
     path = Path(name) if str(name).endswith((".yaml", ".yml")) else _resolve(str(name))
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = _parsed_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
         raise QuizError([f"{path}: not valid YAML: {e}"]) from None
     except UnicodeDecodeError as e:  # a binary file, or text saved in another encoding
         raise QuizError([f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start:e.start + 1]!r}); a question "
                          "bank is a YAML text file: save it as UTF-8, or restore it (git checkout -- <file>)."]) from None
     return parse_bank(render_figures(data, str(path)), name=path.stem, source=str(path), path=path)
+
+
+def _parsed_yaml(text: str) -> Any:
+    """yaml.safe_load(text), parsed once per distinct text (the banks are read again and again: the chapter quiz,
+    the static copies, the tests); each caller gets its own copy."""
+    return copy.deepcopy(_parse_yaml_once(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_yaml_once(text: str) -> Any:
+    return yaml.safe_load(text)
 
 
 def render_figures(data: Any, source: str) -> Any:

@@ -89,8 +89,13 @@ class Measurement:
 
     @property
     def recipe_obj(self) -> Recipe:
-        """The Recipe this measurement ran."""
-        return Recipe.from_dict(self.recipe)
+        """The Recipe this measurement ran. Built once while self.recipe holds the same values (a Recipe is
+        frozen; the planner asks for it tens of thousands of times)."""
+        seen = self.__dict__.get("_recipe_seen")
+        if seen is None or seen[0] != self.recipe:
+            snapshot = {k: list(v) if isinstance(v, list) else v for k, v in self.recipe.items()}
+            seen = self.__dict__["_recipe_seen"] = (snapshot, Recipe.from_dict(self.recipe))
+        return seen[1]
 
     @property
     def label(self) -> str:

@@ -2,7 +2,7 @@
 the arithmetic it explains, the expected-memory table and `course estimate`.
 
 Cost: one in-process measurement (run_here, 2-5 s each) per recipe of tiny_check_recipes(), 12 in
-all, shared by every test in this module.
+all, shared by every test in this module (and test_measure's: conftest's tiny_check_run).
 """
 
 from __future__ import annotations
@@ -18,11 +18,9 @@ TINY_RECIPES = {r.label: r for r in tiny_check_recipes()}
 
 
 @pytest.fixture(scope="module")
-def tiny_measured(tiny_model):
-    """Every tiny check recipe measured once, in this process."""
-    from course_utils.measure import run_here
-
-    return {label: run_here(recipe) for label, recipe in TINY_RECIPES.items()}
+def tiny_measured(tiny_check_run):
+    """Every tiny check recipe measured once, in this process (conftest's tiny_check_run)."""
+    return {label: tiny_check_run(label) for label in TINY_RECIPES}
 
 
 def big_categories(m) -> list[str]:

@@ -137,74 +137,68 @@ def test_timeout_stops_a_silent_child(monkeypatch):
 
 
 # --- in-process effects (run_here) ---------------------------------------------------------------
+# Each technique against the rung before it on the estimator's tiny-check ladder (course_utils.estimate.
+# tiny_check_recipes(): in-process measurements the session makes once, for test_estimate too). Each pair
+# differs in that one technique.
 
 BASE = Recipe(steps=3, warmup_steps=1, micro_batch=4, max_seq_length=64)
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_model):
-    """One in-process measurement per recipe, computed on first use."""
-    cache: dict[str, Measurement] = {}
-
-    def get(name: str, recipe: Recipe) -> Measurement:
-        if name not in cache:
-            cache[name] = run_here(recipe)
-            assert cache[name].status == "ok", cache[name].error
-        return cache[name]
-
-    return get
-
-
-def test_checkpointing_lowers_activations_and_the_peak(runs):
-    base, ckpt = runs("base", BASE), runs("ckpt", BASE.with_(gradient_checkpointing=True))
+def test_checkpointing_lowers_activations_and_the_peak(tiny_check_run):
+    base, ckpt = tiny_check_run("baseline (LoRA, fp32)"), tiny_check_run("+ gradient checkpointing")
     assert ckpt.peak_by_category["activations"] < base.peak_by_category["activations"]
     assert ckpt.peak_bytes < base.peak_bytes
     assert ckpt.peak_by_category["parameters"] == base.peak_by_category["parameters"]
 
 
-def test_4bit_lowers_parameter_bytes(runs):
-    base, q = runs("base", BASE), runs("4bit", BASE.with_(load_in_4bit=True))
+def test_4bit_lowers_parameter_bytes(tiny_check_run):
+    base, q = tiny_check_run("+ paged 8-bit AdamW"), tiny_check_run("+ 4-bit QLoRA (NF4, double quant)")
+    assert not base.recipe_obj.load_in_4bit and base.recipe_obj == q.recipe_obj.with_(load_in_4bit=False)
     assert q.peak_by_category["parameters"] < base.peak_by_category["parameters"]
     assert q.model_bytes < base.model_bytes
     assert q.trainable_params == base.trainable_params  # same LoRA adapters
 
 
-def test_accumulation_lowers_the_peak_at_the_same_effective_batch(runs):
-    big = runs("4x1", BASE.with_(micro_batch=4, grad_accum=1))
-    small = runs("1x4", BASE.with_(micro_batch=1, grad_accum=4))
+def test_accumulation_lowers_the_peak_at_the_same_effective_batch(tiny_check_run):
+    big, small = tiny_check_run("+ gradient checkpointing"), tiny_check_run("+ accumulation (micro-batch 1)")
+    assert (big.recipe_obj.micro_batch, small.recipe_obj.micro_batch) == (4, 1)
     assert big.recipe_obj.effective_batch == small.recipe_obj.effective_batch
     assert small.peak_bytes < big.peak_bytes
     assert small.peak_by_category["activations"] < big.peak_by_category["activations"]
-    assert len(small.losses) == len(big.losses) == BASE.steps  # one loss per optimizer step, not per micro-batch
+    steps = small.recipe_obj.steps
+    assert len(small.losses) == len(big.losses) == steps  # one loss per optimizer step, not per micro-batch
 
 
-def test_8bit_optimizer_lowers_optimizer_bytes(runs):
-    base, q = runs("base", BASE), runs("8bit", BASE.with_(optimizer="adamw_8bit"))
+def test_8bit_optimizer_lowers_optimizer_bytes(tiny_check_run):
+    base, q = tiny_check_run("+ accumulation (micro-batch 1)"), tiny_check_run("+ 8-bit AdamW")
+    assert (base.recipe_obj.optimizer, q.recipe_obj.optimizer) == ("adamw_torch", "adamw_8bit")
     assert 0 < q.peak_by_category["optimizer"] < base.peak_by_category["optimizer"]
 
 
-def test_training_is_deterministic_on_cpu(tiny_model):
+@pytest.fixture(scope="module")
+def seeded(tiny_model):
+    """BASE measured three times in this process: twice after torch.manual_seed(1234), once after seed 2."""
+    out = {}
+    for name, seed in (("a", 1234), ("b", 1234), ("c", 2)):
+        torch.manual_seed(seed)
+        out[name] = run_here(BASE)
+    return out
+
+
+def test_training_is_deterministic_on_cpu(seeded):
     """Same recipe, same process RNG state before the run: same losses and same bytes."""
-    torch.manual_seed(1234)
-    a = run_here(BASE)
-    torch.manual_seed(1234)
-    b = run_here(BASE)
+    a, b = seeded["a"], seeded["b"]
     assert a.losses == b.losses and len(a.losses) == BASE.steps
     assert a.peak_bytes == b.peak_bytes
     assert a.peak_by_category == b.peak_by_category
 
 
-def test_losses_depend_only_on_the_recipe(tiny_model):
-    torch.manual_seed(1)
-    a = run_here(BASE)
-    torch.manual_seed(2)
-    b = run_here(BASE)
-    assert a.losses == b.losses
+def test_losses_depend_only_on_the_recipe(seeded):
+    assert seeded["a"].losses == seeded["c"].losses  # seed 1234, then seed 2
 
 
-def test_tracked_peak_is_repeatable(runs, tiny_model):
-    again = run_here(BASE)
-    first = runs("base", BASE)
+def test_tracked_peak_is_repeatable(seeded):
+    first, again = seeded["a"], seeded["c"]
     assert again.peak_bytes == first.peak_bytes > 0
     assert again.peak_by_category == first.peak_by_category
 

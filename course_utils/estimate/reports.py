@@ -6,7 +6,7 @@ Part of `course_utils.estimate` (its docstring says how the bytes are counted).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..hardware import GiB, MiB, Hardware
 from ..recipe import Recipe
@@ -26,10 +26,13 @@ TABLE_MODELS = (("7B", "llama-2-7b"), ("8B", "llama-3.1-8b"), ("13B", "llama-2-1
 CHAPTER_CLAIMS = {"7B": ("~14GB", "~4-6GB"), "13B": ("~26GB", "~8-10GB"), "70B": ("~140GB", "~40-48GB")}
 
 
-def same_setup(a: Recipe, b: Recipe) -> bool:
-    """True when two recipes train the same model the same way (steps, learning rate, seed, label aside)."""
-    da, db = a.to_dict(), b.to_dict()
-    return all(da[k] == db[k] for k in da if k not in NOT_MEMORY_FIELDS)
+def same_setup(a: Recipe, b: Recipe, ignore: tuple[str, ...] = ()) -> bool:
+    """True when two recipes train the same model the same way (steps, learning rate, seed, label aside), the
+    fields in `ignore` aside too."""
+    return all(getattr(a, k) == getattr(b, k) for k in _SETUP_FIELDS if k not in ignore)
+
+
+_SETUP_FIELDS = tuple(f.name for f in fields(Recipe) if f.name not in NOT_MEMORY_FIELDS)
 
 
 def reference_for(recipe: Recipe, references: list | None = None):

@@ -5,8 +5,14 @@ Part of `course_utils.estimate` (its docstring says how the bytes are counted).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import hashlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class EstimateError(ValueError):
@@ -114,5 +120,44 @@ def _decoder_layers(model) -> list:
 
 @functools.lru_cache(maxsize=32)
 def model_shapes(model: str) -> Shapes:
-    """Shapes of a recipe's model (cached: the meta-device build happens once per model)."""
-    return shapes_from_config(load_config(model))
+    """Shapes of a recipe's model (cached: the meta-device build happens once per model). Those of tiny and the
+    presets are also kept in COURSE_HOME, so another process (a quiz's kernel, `course estimate`) reads them
+    without importing transformers and torch (~8 s on 2 cores)."""
+    kept = _kept_shapes(model)
+    if kept is not None and kept.is_file():
+        try:
+            d = json.loads(kept.read_text())
+            return Shapes(**{**d, "layer_linears": tuple(map(tuple, d["layer_linears"])),
+                             "small_tensors": tuple(map(tuple, d["small_tensors"]))})
+        except (OSError, ValueError, TypeError, KeyError):
+            pass  # unreadable: read the shapes again
+    shapes = shapes_from_config(load_config(model))
+    if kept is not None:
+        with contextlib.suppress(OSError):  # a read-only COURSE_HOME only loses the copy
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            tmp = kept.with_name(f"{kept.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(dataclasses.asdict(shapes)))
+            os.replace(tmp, kept)
+    return shapes
+
+
+def _kept_shapes(model: str) -> Path | None:
+    """The file for tiny's or a preset's shapes, named after everything they are read from: tiny's config.json
+    (or the preset's spec), the transformers and torch versions, and the code that reads them (this file,
+    models.py). None for any other model: a folder or a hub id can change under the same name."""
+    from importlib import metadata
+
+    from .. import models
+
+    if models.is_preset(model):
+        source = json.dumps(models.PRESETS[model.lower()], sort_keys=True).encode()
+    elif model == models.TINY:
+        source = (models.tiny_model_path() / "config.json").read_bytes()
+    else:
+        return None
+    h = hashlib.sha256(source)
+    for part in (metadata.version("transformers"), metadata.version("torch")):
+        h.update(part.encode())
+    for code in (__file__, models.__file__):
+        h.update(Path(code).read_bytes())
+    return models.course_home() / "shapes" / f"{model.lower()}-{h.hexdigest()[:16]}.json"

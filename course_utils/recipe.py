@@ -7,6 +7,7 @@ stable key, so a measurement of it can be stored and found again.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -271,7 +272,14 @@ LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
 
 def ladder(base: Recipe | None = None) -> list[Recipe]:
     """The chapter's recipes in order, each adding one technique to the rung before it."""
-    recipe = base or Recipe()
+    base = base or Recipe()
+    return list(_ladder(repr(base), base))
+
+
+@functools.lru_cache(maxsize=64)
+def _ladder(_key: str, recipe: Recipe) -> tuple[Recipe, ...]:
+    """ladder()'s rungs, built once per base: facts.py asks for the same ladders for every figure it renders. A
+    Recipe is frozen; `_key`, its repr, keeps bases that are == but not the same (1 and 1.0) apart."""
     rungs = []
     for label, changes in LADDER_STEPS:
         if "max_seq_length" in changes:
@@ -280,7 +288,7 @@ def ladder(base: Recipe | None = None) -> list[Recipe]:
             changes = {"micro_batch": 1, "grad_accum": recipe.micro_batch * recipe.grad_accum}
         recipe = recipe.with_(**changes, label=label)
         rungs.append(recipe)
-    return rungs
+    return tuple(rungs)
 
 
 def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:

@@ -17,7 +17,9 @@ on the CPU launching kernels (the same CPU work on a T4). Both are lower bounds.
 
 from __future__ import annotations
 
+import functools
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,16 +63,20 @@ class T4CheckError(LookupError):
 def records(path: Path = RECORDS, usable=None) -> list[dict]:
     """Every shipped record, the newest for each notebook and variant (of those `usable` accepts)."""
     latest: dict[tuple[str, str], dict] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                if usable is not None and not usable(rec):
-                    continue
-                key = (rec["notebook"], rec["variant"])
-                if key not in latest or rec["date"] >= latest[key]["date"]:
-                    latest[key] = rec
-    return sorted(latest.values(), key=lambda r: (r["variant"] != "small", r["notebook"]))
+    for rec in _parsed(path.read_text()) if path.exists() else ():
+        if usable is not None and not usable(rec):
+            continue
+        key = (rec["notebook"], rec["variant"])
+        if key not in latest or rec["date"] >= latest[key]["date"]:
+            latest[key] = rec
+    newest = sorted(latest.values(), key=lambda r: (r["variant"] != "small", r["notebook"]))
+    return pickle.loads(pickle.dumps(newest))  # copies: the parsed lines are kept for the next call
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str) -> list[dict]:
+    """The records of a file's text, parsed once per text (facts.py reads them for every T4 figure it renders)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def record_for(notebook: str, variant: str = "small", path: Path = RECORDS, usable=None) -> dict:

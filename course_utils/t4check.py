@@ -17,9 +17,9 @@ on the CPU launching kernels (the same CPU work on a T4). Both are lower bounds.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +70,7 @@ def records(path: Path = RECORDS, usable=None) -> list[dict]:
         if key not in latest or rec["date"] >= latest[key]["date"]:
             latest[key] = rec
     newest = sorted(latest.values(), key=lambda r: (r["variant"] != "small", r["notebook"]))
-    return pickle.loads(pickle.dumps(newest))  # copies: the parsed lines are kept for the next call
+    return copy.deepcopy(newest)  # copies: the parsed lines are kept for the next call (as quiz_bank does)
 
 
 @functools.lru_cache(maxsize=4)

@@ -74,6 +74,28 @@ class CardPoll(threading.Thread):
             self.stop.wait(self.every_s)
 
 
+# What every notebook imports in a plain Python process (the quiz and checklist cells need ipywidgets).
+NEEDED = ("course_utils", "ipywidgets", "transformers", "peft", "trl", "bitsandbytes", "datasets")
+
+
+def preflight() -> str:
+    """'' when a notebook's process can import what the notebooks need; else a line naming what is missing.
+
+    Asked in a child like a notebook's (`-P`: as scripts/run_notebook_code.py, the checkout itself is not on
+    sys.path unless PYTHONPATH puts it there), before any run starts: on
+    2026-12-02 a check without course_utils on PYTHONPATH, then one without ipywidgets, each failed every
+    notebook minutes in (course_utils: at once; ipywidgets: at the last cell)."""
+    code = ("import importlib.util, sys; "
+            f"print(' '.join(n for n in {NEEDED!r} if importlib.util.find_spec(n) is None))")
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    missing = done.stdout.strip()
+    if done.returncode or missing:
+        return (f"t4_check: a notebook's process cannot import {missing or done.stderr.strip()[-300:]}: install "
+                "the course's dependencies there (with --target, put that folder and this checkout on PYTHONPATH: "
+                "PYTHONPATH=/tmp/site:$PWD), then run again")
+    return ""
+
+
 def nvml_sees_sessions() -> bool:
     """True when NVML lists this machine's processes by a pid we can map to a session (a 1 GiB probe)."""
     code = ("import torch, time; x = torch.empty(2**30, dtype=torch.uint8, device='cuda'); "
@@ -171,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available() or active_profile() is None:
         print("t4_check needs a CUDA GPU to stand in for the T4", file=sys.stderr)
+        return 2
+    missing = preflight()
+    if missing:
+        print(missing, file=sys.stderr)
         return 2
     base_home = Path(args.home or f"/tmp/t4-check-{uuid.uuid4().hex[:6]}")
     (base_home / "models").mkdir(parents=True, exist_ok=True)

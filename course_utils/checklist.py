@@ -57,7 +57,12 @@ def _check_report(recipe: Recipe, hardware: str = "t4", budget_gib: float | None
 
 def checklist_widget(recipe: Recipe, hardware: str = "t4"):
     """Notebook 07: tick the checklist's items and see the estimated peak change (ipywidgets). Its display also
-    carries the checklist's state as Markdown and text (GitHub, nbviewer, a terminal show that)."""
+    carries the checklist's state as Markdown and text (GitHub, nbviewer, a terminal show that).
+
+    The controls (hardware, one checkbox per item) come first and the report below them, across the output
+    area's width, as HTML: its statements as text that wraps between words, its items as a table like the
+    static copy's (checklist_html). Beside the checkboxes, a <pre> of the report had about 85 characters at
+    1366 px with JupyterLab's file browser open, and wrapped its 100-character lines mid-word."""
     import ipywidgets as w
 
     from .hardware import HARDWARE
@@ -67,7 +72,8 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
     boxes = [w.Checkbox(value=bool(follows(recipe)), description=item, indent=False,
                         layout=w.Layout(width="auto", max_width="100%")) for item, follows, _ in CHECKLIST]
     device = w.Dropdown(options=list(HARDWARE), value=hardware, description="hardware")
-    out = w.HTML(layout=w.Layout(min_width="0", overflow="auto"))  # the report scrolls; the labels keep their width
+    out = w.HTML(layout=w.Layout(overflow="auto"))  # as wide as the output area; narrower, the table scrolls
+    out.add_class("course-checklist-output")
 
     def current() -> Recipe:
         r = recipe
@@ -77,34 +83,76 @@ def checklist_widget(recipe: Recipe, hardware: str = "t4"):
         return r
 
     def update(_=None) -> None:
-        out.value = "<pre>" + check_recipe(current(), device.value) + "</pre>"
+        out.value = checklist_html(_check_report(current(), device.value))
 
     for control in boxes + [device]:
         control.observe(update, names="value")
     update()
     report = lambda: _check_report(current(), device.value)  # noqa: E731  (the state when displayed)
-    return CopiedVBox([device, w.HBox([w.VBox(boxes, layout=w.Layout(flex="0 0 auto")), out])],
-                      text=lambda: wrap(f"{_CHECKLIST_TITLE}:\n{report()}") + "\n",
-                      markdown=lambda: checklist_markdown(report()))
+    widget = CopiedVBox([device, w.VBox(boxes, layout=w.Layout(margin="4px 0")), out],
+                        text=lambda: wrap(f"{_CHECKLIST_TITLE}:\n{report()}") + "\n",
+                        markdown=lambda: checklist_markdown(report()))
+    widget.add_class("course-checklist")
+    return widget
 
 
 _CHECKLIST_TITLE = "Memory checklist as it stood when this cell ran (run the cell in Jupyter or Colab to change it)"
 
 
-def checklist_markdown(report: str) -> str:
-    """check_recipe's report as Markdown: its first lines as text, its items as a table (ticked or not,
-    the estimated peak without the item)."""
-    import re
+# the table's columns (Markdown and HTML): header, alignment
+_COLUMNS = (("followed", "left"), ("checklist item", "left"), ("estimated peak without it", "right"))
 
-    from .static_copy import md_escape
+
+def checklist_rows(report: str) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """check_recipe's report (unwrapped, as _check_report gives it) split into its statements (the lines
+    before the items) and one row per item: (followed, item, estimated peak without it)."""
+    import re
 
     head, rows = [], []
     for line in report.splitlines():
         item = re.match(r"^\[(?P<mark>[x ])\] (?P<item>.+?)(?:\s+without it:\s+(?P<without>.+))?$", line)
         if item:
-            mark, without = ("\u2611 yes" if item["mark"] == "x" else "\u2610 no"), item["without"] or "\u2013"
-            rows.append(f"| {mark} | {md_escape(item['item'])} | {without} |")
+            mark = "\u2611 yes" if item["mark"] == "x" else "\u2610 no"
+            rows.append((mark, item["item"], item["without"] or "\u2013"))
         else:
-            head.append(md_escape(line))
-    return "\n".join([f"**{md_escape(_CHECKLIST_TITLE)}**", "", "  \n".join(head), "",
-                      "| followed | checklist item | estimated peak without it |", "|:--|:--|--:|", *rows]) + "\n"
+            head.append(line)
+    return head, rows
+
+
+def checklist_markdown(report: str) -> str:
+    """check_recipe's report as Markdown: its first lines as text, its items as a table (ticked or not,
+    the estimated peak without the item)."""
+    from .static_copy import md_escape
+
+    head, rows = checklist_rows(report)
+    align = {"left": ":--", "right": "--:"}
+    return "\n".join([f"**{md_escape(_CHECKLIST_TITLE)}**", "", "  \n".join(md_escape(h) for h in head), "",
+                      "| " + " | ".join(name for name, _ in _COLUMNS) + " |",
+                      "|" + "|".join(align[a] for _, a in _COLUMNS) + "|",
+                      *(f"| {mark} | {md_escape(item)} | {without} |" for mark, item, without in rows)]) + "\n"
+
+
+_FITS_COLOR = {True: "#1a7f37", False: "#cf222e"}  # the quiz's green and red
+
+
+def checklist_html(report: str) -> str:
+    """check_recipe's report as the live widget shows it: its statements as text that wraps between words (the
+    verdict in bold, green when the recipe fits, red when not), its items as the table the Markdown copy has,
+    one line per row (no cell wraps; the widest, the item, is 33 characters)."""
+    import html
+
+    head, rows = checklist_rows(report)
+    lines = []
+    for line in head:
+        style = ""
+        if line.startswith("estimated peak") and line.endswith(("fits", "DOES NOT FIT")):
+            style = f' style="font-weight:bold;color:{_FITS_COLOR[not line.endswith("DOES NOT FIT")]}"'
+        lines.append(f"<div{style}>{html.escape(line)}</div>")
+    cell = "padding:2px 12px 2px 0;white-space:nowrap;border-bottom:1px solid var(--jp-border-color2, #d0d7de)"
+    th = "".join(f'<th style="{cell};text-align:{a}">{html.escape(name)}</th>' for name, a in _COLUMNS)
+    body = "".join("<tr>" + "".join(f'<td style="{cell};text-align:{a}">{html.escape(v)}</td>'
+                                    for v, (_, a) in zip(row, _COLUMNS)) + "</tr>" for row in rows)
+    return ('<div class="course-checklist-report" style="line-height:1.5;white-space:normal;word-break:normal;'
+            'overflow-wrap:normal">' + "".join(lines)
+            + '<table class="course-checklist-table" style="border-collapse:collapse;margin-top:6px;'
+            f'font-variant-numeric:tabular-nums"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>')

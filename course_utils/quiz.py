@@ -119,6 +119,29 @@ def _feedback_html(verdict: Verdict) -> str:
     return '<div class="course-quiz-verdict" style="line-height:1.4">' + "".join(parts) + "</div>"
 
 
+def _locked_html(question: Question, order: Sequence[int], answer: Any) -> str:
+    """A right answer, locked, as the learner reads it: every choice in display order, the picked ones in
+    bold green with a check mark, the others in the page's own text colour (a disabled ipywidgets control is
+    drawn pale grey, which reads as wrong or inactive); a number, in bold green with its unit."""
+    picked_style = f"color:{_GREEN};font-weight:bold"
+    if question.type == "numeric":
+        value = html.escape(f"{str(answer).strip()} {question.unit}".strip())
+        lines = [f'<div class="course-quiz-picked" style="{picked_style}">&#10004; {value}</div>']
+    else:
+        picked = {answer} if question.type == "single" else set(answer)
+        on, off = ("&#9673;", "&#9675;") if question.type == "single" else ("&#9745;", "&#9744;")  # (o) ( ) [x] [ ]
+        mark = '<span style="display:inline-block;min-width:1em">{}</span>'.format  # the text lines up
+        lines = []
+        for j in order:
+            text = _html(question.choices[j].text)
+            if j in picked:
+                lines.append(f'<div class="course-quiz-picked" style="{picked_style}">{mark(on)} {text} &#10004;</div>')
+            else:
+                lines.append(f"<div>{mark(off)} {text}</div>")
+    return ('<div class="course-quiz-locked-answer" style="line-height:1.6;margin:2px 0 6px 0" '
+            'title="Your answer is right. Press Try again to answer again.">' + "".join(lines) + "</div>")
+
+
 class QuestionWidget(widgets.VBox):
     """One question: its choices (or a number box), Check, Try again, and the feedback."""
 
@@ -145,16 +168,20 @@ class QuestionWidget(widgets.VBox):
         else:
             self.controls = widgets.Text(placeholder="a number", layout=widgets.Layout(width="12em"))
             boxes = [widgets.HBox([self.controls, widgets.Label(question.unit)])]
+        # the controls, and what replaces them once a right answer is locked (_locked_html)
+        self.answer_box = widgets.VBox(boxes)
+        self.locked_view = widgets.HTML("", layout=widgets.Layout(display="none"))
         self.check_button = widgets.Button(description="Check", button_style="primary", tooltip="Check my answer")
         self.again_button = widgets.Button(description="Try again", tooltip="Clear my answer and start over")
         self.again_button.layout.display = "none"
         self.feedback = widgets.HTML("")
         for w, cls in ((self.check_button, "course-quiz-check"), (self.again_button, "course-quiz-again"),
-                       (self.feedback, "course-quiz-feedback")):
+                       (self.feedback, "course-quiz-feedback"), (self.locked_view, "course-quiz-locked")):
             w.add_class(cls)
         self.check_button.on_click(lambda _: self.check())
         self.again_button.on_click(lambda _: self.try_again())
-        super().__init__([header, *boxes, widgets.HBox([self.check_button, self.again_button]), self.feedback],
+        buttons = widgets.HBox([self.check_button, self.again_button])
+        super().__init__([header, self.answer_box, self.locked_view, buttons, self.feedback],
                          layout=widgets.Layout(margin="0 0 14px 0", width="100%"))
         self.add_class("course-quiz-question")
 
@@ -189,10 +216,24 @@ class QuestionWidget(widgets.VBox):
         inline = re.sub(r"</?(code|b|i|span)\b[^>]*>", "", self.feedback.value)
         return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", inline))).strip()
 
+    @property
+    def locked(self) -> bool:
+        """True while a right answer is locked (until Try again)."""
+        return self.check_button.disabled
+
     def _set_enabled(self, enabled: bool) -> None:
+        """Unlock, or lock the answer the controls hold: the controls are disabled and hidden, and
+        locked_view shows the answer marked right (and Check is hidden: only Try again changes it)."""
+        if not enabled:
+            self.locked_view.value = _locked_html(self.question, self.order, self.answer)
         for w in (self.controls if isinstance(self.controls, list) else [self.controls]):
             w.disabled = not enabled
         self.check_button.disabled = not enabled
+        shown, hidden = (self.answer_box, self.locked_view) if enabled else (self.locked_view, self.answer_box)
+        shown.layout.display, hidden.layout.display = None, "none"
+        self.check_button.layout.display = None if enabled else "none"
+        if enabled:
+            self.locked_view.value = ""
 
     def check(self) -> Verdict:
         """Grade the current answer and show the feedback (what the Check button does)."""

@@ -16,7 +16,7 @@ import yaml
 from course_utils import quiz as Q
 from course_utils import quiz_bank
 from course_utils.quiz import QuizError, all_banks, grade, load_bank, show_quiz
-from quiz_drive import check, check_session, first, learner_session, wrong_choice
+from quiz_drive import check, check_session, first, learner_session, picked, wrong_choice
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_BANKS = (
@@ -313,6 +313,14 @@ def test_single_choice_wrong_then_right(capsys):
     assert Q._plain(q.choices[wrong].explanation)[:60] in text  # now every choice's explanation is shown
     assert quiz.score == (1, len(quiz.questions)) and f"Score: 1/{len(quiz.questions)}" in quiz.score_label.value
     assert qw.controls.disabled and qw.check_button.disabled  # locked until Try again
+    # ... and it reads as right, not as a disabled control's pale grey: the controls and Check are hidden,
+    # and the locked view shows every choice, the right one alone in bold green with a check mark
+    assert qw.locked and qw.answer_box.layout.display == "none" and qw.check_button.layout.display == "none"
+    assert qw.locked_view.layout.display is None and "course-quiz-locked" in qw.locked_view._dom_classes
+    [(style, mark)] = picked(qw.locked_view.value)
+    assert style == "color:#1a7f37;font-weight:bold" and mark == f"\u25c9 {Q._plain(q.choices[right].text)} \u2714"
+    for j in qw.order:
+        assert Q._html(q.choices[j].text) in qw.locked_view.value
 
 
 def test_try_again_resets_the_question_and_the_score():
@@ -325,6 +333,8 @@ def test_try_again_resets_the_question_and_the_score():
     assert qw.controls.value is None and qw.feedback.value == "" and qw.verdict is None
     assert not qw.controls.disabled and not qw.check_button.disabled
     assert qw.again_button.layout.display == "none"
+    assert not qw.locked and qw.locked_view.value == "" and qw.locked_view.layout.display == "none"
+    assert qw.answer_box.layout.display is None and qw.check_button.layout.display is None  # the controls are back
     assert quiz.score[0] == 0 and "Score: 0/" in quiz.score_label.value
 
 

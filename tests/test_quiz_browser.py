@@ -5,10 +5,12 @@ One JupyterLab server and one Chromium serve both tests, which do what a learner
 - notebook 01 as committed, run with Run > Run All Cells: every cell runs and no error output shows
   anywhere on the page; then its quiz, live: a choice (a wrong answer, then the right one), a number (a
   common wrong one, then the right one) and a multiple-answer question (one right answer short, then all),
-  the feedback and the score read off the page, the expected answers and messages from the bank itself;
+  the feedback and the score read off the page, the expected answers and messages from the bank itself,
+  and each right answer locked in bold green with a check mark (not a disabled control's pale grey);
 - notebook 07 as committed, nothing run: its quiz's questions and choices and its checklist's table show
   as rendered Markdown (the static copies scripts/clean_notebooks.py keeps), and no answer or explanation
-  shows; then its two checklist cells are run and an item unticked and ticked again, the report following.
+  shows; then its two checklist cells are run and an item unticked and ticked again, the report following
+  (a table inside the output area, one line a row, no checkbox label clipped).
 
 Why notebook 01: of the notebooks whose quiz has all three question types it is the cheapest to run whole
 on a CPU with the embedded tiny model (about 33 s here, as notebook 02; 09 takes 42 s, the others measure
@@ -17,8 +19,10 @@ training script, generation), so only its two checklist cells are run.
 
 Screenshots go to test-artifacts/ (git-ignored): notebook_run_all.png (notebook 01 after Run All, at its
 quiz), notebook_quiz_wrong.png (the first question after a wrong answer), notebook_quiz.png (the quiz
-answered), static_quiz.png and static_checklist.png (notebook 07 as committed), checklist_unticked.png (its
-live checklist with QLoRA unticked); <name>_failure.png, the whole page, when a test fails.
+answered), notebook_quiz_locked.png (its first question locked after the right answer: that choice in bold
+green with a check mark), static_quiz.png and static_checklist.png (notebook 07 as committed),
+checklist_unticked.png (its live checklist with QLoRA unticked: the report's table below the checkboxes);
+<name>_failure.png, the whole page, when a test fails.
 
 Needs Debian's `chromium` (.ci/run installs it: apt-get install chromium); Playwright drives that
 binary and never downloads a browser. Skipped, with the reason, when /usr/bin/chromium is missing.
@@ -298,6 +302,70 @@ def explanations(question) -> list[str]:
     return [t for t in texts + [w.explanation for w in question.wrong_answers] if t]
 
 
+GREEN = "rgb(26, 127, 55)"  # course_utils.quiz._GREEN, #1a7f37, as the browser computes it
+
+
+def assert_locked_right(box, right: list[str], every: list[str]) -> None:
+    """A question locked after a right answer, as the learner sees it: its locked view shows every choice
+    (`every`), and exactly the right ones (`right`) in bold green with a check mark; none of it pale."""
+    from playwright.sync_api import expect
+
+    view = box.locator(".course-quiz-locked")
+    expect(view).to_be_visible()
+    for text in every:
+        expect(view).to_contain_text(text)
+    marked = view.locator(".course-quiz-picked")
+    expect(marked).to_have_count(len(right))
+    for el in marked.all():
+        assert any(text in _normal(el.text_content()) for text in right), el.text_content()
+        expect(el).to_contain_text("\u2714")
+        expect(el).to_have_css("color", GREEN)
+        assert int(el.evaluate("e => getComputedStyle(e).fontWeight")) >= 600
+        assert float(el.evaluate("e => getComputedStyle(e).opacity")) == 1.0
+
+
+# The checklist widget as laid out on the page: the report's table and statements, whether any of it
+# overflows the output area, and whether a checkbox's label is clipped.
+CHECKLIST_LAYOUT_JS = """
+(cell) => {
+  const area = cell.querySelector('.jp-OutputArea-output').getBoundingClientRect();
+  const report = cell.querySelector('.course-checklist-report');
+  const table = report.querySelector('table');
+  const lh = parseFloat(getComputedStyle(report.querySelector('td')).lineHeight);
+  const style = getComputedStyle(report);
+  return {
+    area_right: area.right, report_right: report.getBoundingClientRect().right,
+    table_right: table.getBoundingClientRect().right,
+    scrolls: report.parentElement.scrollWidth > report.parentElement.clientWidth + 1,
+    rows_wrapped: [...table.rows].filter(r => r.getBoundingClientRect().height > 1.6 * lh).map(r => r.innerText),
+    word_break: style.wordBreak, overflow_wrap: style.overflowWrap, pres: report.querySelectorAll('pre').length,
+    clipped_labels: [...cell.querySelectorAll('.widget-checkbox label, .widget-checkbox span')]
+      .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent),
+  };
+}
+"""
+
+
+def assert_checklist_fits(checklist) -> None:
+    """The live checklist at the learner's width: the report's table, one line per row, inside the output
+    area (nothing scrolls sideways), statements that wrap between words only, no checkbox label clipped."""
+    layout = checklist.evaluate(CHECKLIST_LAYOUT_JS)
+    assert layout["pres"] == 0 and not layout["scrolls"], layout
+    assert max(layout["table_right"], layout["report_right"]) <= layout["area_right"] + 1, layout
+    assert layout["rows_wrapped"] == [], layout
+    assert layout["word_break"] == "normal" and layout["overflow_wrap"] == "normal", layout
+    assert layout["clipped_labels"] == [], layout
+
+
+def checklist_table(recipe, hardware: str = "t4") -> list[str]:
+    """The checklist report's table as the page shows it should be, row by row (header first), from the
+    report check_recipe gives (course_utils.checklist.checklist_rows)."""
+    from course_utils.checklist import _COLUMNS, _check_report, checklist_rows
+
+    _, rows = checklist_rows(_check_report(recipe, hardware))
+    return [" ".join(name for name, _ in _COLUMNS)] + [" ".join(row) for row in rows]
+
+
 # --- the tests ----------------------------------------------------------------------------------------
 def test_course_notebook_run_all_then_its_quiz(lab, browser):
     """Notebook 01 as committed: Run > Run All Cells, every cell runs without an error output; then its
@@ -341,8 +409,14 @@ def test_course_notebook_run_all_then_its_quiz(lab, browser):
         press_check(box)
         expect(feedback).to_contain_text("Correct!")
         expect(feedback).to_contain_text(_plain(q.choices[right].explanation)[:60])
-        expect(box.locator("input[type=radio]").first).to_be_disabled()  # a right answer is locked
+        # a right answer is locked, and reads as right: the radio buttons (disabled, they would be drawn pale
+        # grey) and Check are hidden; the locked view shows the right choice in bold green with a check mark
+        expect(box.locator("input[type=radio]").first).to_be_disabled()
+        expect(box.locator(".widget-radio-box")).to_be_hidden()
+        expect(box.locator("button.course-quiz-check")).to_be_hidden()
+        assert_locked_right(box, [_plain(q.choices[right].text)], [_plain(c.text) for c in q.choices])
         expect(box.locator("button.course-quiz-again")).to_be_visible()
+        shot(box, "notebook_quiz_locked.png")
         expect(score).to_contain_text(f"Score: 1/{total}")
 
         # a number: a common wrong one (what it explains), then the right one
@@ -357,6 +431,8 @@ def test_course_notebook_run_all_then_its_quiz(lab, browser):
         press_check(box)
         expect(feedback).to_contain_text("Correct!")
         expect(feedback).to_contain_text(_plain(q.explanation)[:60])
+        expect(number).to_be_hidden()
+        assert_locked_right(box, [f"{q.answer:g} {q.unit}".strip()], [])
         expect(score).to_contain_text(f"Score: 2/{total}")
 
         # several answers: one right one only, then all of them
@@ -373,6 +449,8 @@ def test_course_notebook_run_all_then_its_quiz(lab, browser):
         expect(feedback).to_contain_text(grade(q, list(right)).message)
         for i in range(len(q.choices)):
             expect(choice_label(box, q, i).locator("input[type=checkbox]")).to_be_checked(checked=i in right)
+        expect(box.locator(".widget-checkbox").first).to_be_hidden()
+        assert_locked_right(box, [_plain(q.choices[i].text) for i in right], [_plain(c.text) for c in q.choices])
         expect(score).to_contain_text(f"Score: 3/{total} (3 of {total} checked)")
 
         assert_no_error_output(page)
@@ -385,7 +463,7 @@ def test_committed_notebook_static_view_then_the_checklist(lab, browser):
     Markdown, and no answer; then its checklist cells run and an item is unticked and ticked again."""
     from playwright.sync_api import expect
 
-    from course_utils.checklist import CHECKLIST, check_recipe
+    from course_utils.checklist import CHECKLIST, _check_report, checklist_rows
     from course_utils.recipe import source_chapter_recipe
 
     bank = load_bank(CHECKLIST_NB)
@@ -431,18 +509,25 @@ def test_committed_notebook_static_view_then_the_checklist(lab, browser):
         code_cell(page, "print(check_recipe(chapter").locator(".cm-content").click()
         page.keyboard.press("Shift+Enter")
         page.keyboard.press("Shift+Enter")
-        report = checklist.locator(".widget-html-content pre")
-        expect(report).to_have_text(check_recipe(chapter, "t4"), timeout=60_000)
+        report = checklist.locator(".course-checklist-report")
+        rows = report.locator("table tr")
+        expect(rows).to_have_text(checklist_table(chapter), use_inner_text=True, timeout=60_000)
         qlora_item, _, without_qlora = CHECKLIST[0]
         qlora = checklist.locator(".widget-checkbox", has_text=qlora_item).locator("input[type=checkbox]")
         expect(qlora).to_be_checked()
+        assert_checklist_fits(checklist)
         qlora.click()  # untick
         expect(qlora).not_to_be_checked()
-        expect(report).to_have_text(check_recipe(without_qlora(chapter), "t4"))
+        expect(rows).to_have_text(checklist_table(without_qlora(chapter)), use_inner_text=True)
         expect(report).to_contain_text("DOES NOT FIT")
+        expect(report.get_by_text("DOES NOT FIT")).to_have_css("color", "rgb(207, 34, 46)")  # the quiz's red
+        assert_checklist_fits(checklist)
         checklist.scroll_into_view_if_needed()
         shot(checklist, "checklist_unticked.png")
         qlora.click()  # tick again
         expect(qlora).to_be_checked()
-        expect(report).to_have_text(check_recipe(chapter, "t4"))
+        expect(rows).to_have_text(checklist_table(chapter), use_inner_text=True)
+        # the statements above the table are check_recipe's, unwrapped (the page wraps them between words)
+        for line in checklist_rows(_check_report(chapter, "t4"))[0]:
+            expect(report).to_contain_text(line)
         assert_no_error_output(page)

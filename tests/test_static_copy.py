@@ -47,6 +47,54 @@ def test_checklist_display_carries_its_state_as_markdown_and_text():
     assert "on CPU" in widget.markdown() and "[ ] Use QLoRA" in widget.text()
 
 
+def test_checklist_live_report_is_a_table_that_fits_and_matches_the_static_copy():
+    """The live report (issue 13): below the controls, across the output area, not beside the checkboxes;
+    its items a table whose rows are the Markdown copy's, one line each; its statements text that wraps
+    between words. A <pre> of 100-character lines beside the checkboxes wrapped mid-word at 1366 px."""
+    import ipywidgets as w
+
+    from course_utils.checklist import _check_report, checklist_html, checklist_rows, checklist_widget
+    from course_utils.recipe import source_chapter_recipe
+    from quiz_drive import table_rows
+
+    widget = checklist_widget(source_chapter_recipe("llama-3.1-8b"), hardware="t4")
+    device, boxes, out = checklist_parts(widget)
+    assert isinstance(out, w.HTML) and widget.children[-1] is out  # below the checkboxes, full width
+    assert not any(isinstance(c, w.HBox) for c in widget.children)
+    for untick, hw in ((None, "t4"), (0, "t4"), (1, "cpu"), (5, "t4")):
+        if untick is not None:
+            boxes[untick].value = False
+        device.value = hw
+        html_report = out.value
+        assert "<pre" not in html_report and "white-space:nowrap" in html_report
+        assert "word-break:normal" in html_report  # statements wrap at spaces
+        report = _check_report(_current_recipe(widget), hw)
+        assert html_report == checklist_html(report)
+        head, rows = checklist_rows(report)
+        # the same rows as the static copy's Markdown table
+        md_rows = [[html.unescape(c.strip()).replace("\\", "") for c in line.strip("|").split("|")]
+                   for line in widget.markdown().splitlines() if line.startswith("| ")]
+        assert table_rows(html_report) == md_rows
+        assert [list(r) for r in rows] == md_rows[1:]
+        for line in head:
+            assert html.escape(line) in html_report
+        # one row, in monospace with the cells' padding, is far narrower than the ~118 characters that fit
+        assert max(sum(len(c) for c in r) + 3 * len(r) for r in md_rows) <= 80
+
+
+def _current_recipe(widget):
+    """The recipe the checklist widget's checkboxes describe now (as its update does)."""
+    from course_utils.checklist import CHECKLIST
+    from course_utils.recipe import source_chapter_recipe
+
+    _, boxes, _ = checklist_parts(widget)
+    r = source_chapter_recipe("llama-3.1-8b")
+    for box, (_, follows, undo) in zip(boxes, CHECKLIST):
+        if follows(r) and not box.value:
+            r = undo(r)
+    return r
+
+
 def test_checklist_as_a_cells_last_expression_displays_once(ipython_shell):
     from IPython.utils.capture import capture_output
 

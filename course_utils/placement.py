@@ -2,6 +2,8 @@
 
 Each label tries offsets around its point, nearest first, and keeps the first whose text box lies
 inside the axes and overlaps no box placed before it and no obstacle (markers, arrows, lines' labels).
+A label without a leader line must also be nearer its own point than any other point, so that in a
+cluster it cannot be read as another point's; where it would not be, it goes further out on a leader line.
 A label that finds no room falls back to its short id (a number or a letter) placed the same way; the
 figure then lists the id with the full name in its caption. Boxes are in display pixels, measured with
 the figure's own renderer, so they are the extents matplotlib draws.
@@ -107,18 +109,40 @@ def _candidates(ax, label: Label, text: str, fontsize: float, renderer, rings=RI
             for ring in rings for ux, uy, ha, va in (_DIRECTIONS if ring in RINGS_PT else _FAR_DIRECTIONS)]
 
 
-def _free(candidates, taken, area, origin, crossable=()):
+def _free(candidates, taken, area, origin, crossable=(), points=()):
     """The first candidate inside `area` that overlaps nothing taken, its leader line (from `origin`, the
-    point in display pixels) crossing nothing either but the boxes in `crossable`; or None."""
+    point in display pixels) crossing nothing either but the boxes in `crossable`, and, without a leader
+    line, nearer its own point than any of `points` (every point's centre); or None."""
     ox, oy = origin
-    others = [t for t in taken if not (t[0] <= ox <= t[2] and t[1] <= oy <= t[3])  # not the point's own marker
-              and t not in crossable]
+    others = [t for t in taken if abs((t[0] + t[2]) / 2 - ox) + abs((t[1] + t[3]) / 2 - oy) > 1  # not its own marker
+              and t not in crossable]  # (a neighbour's marker that covers the point is still in the way)
+    neighbours = [p for p in points if abs(p[0] - ox) + abs(p[1] - oy) > 0.5]
 
     def clear(c) -> bool:
         return (inside(c[1], area) and not any(overlaps(c[1], t) for t in taken)
+                and (_leader(c[0]) or not _nearer_another(c[1], origin, neighbours))
                 and not any(overlaps(b, t) for b in _leader_boxes(origin, c[1]) for t in others))
 
     return next((c for c in candidates if clear(c)), None)
+
+
+def _leader(spot) -> bool:
+    """True when a label at this offset (dx, dy in points, ...) gets a leader line to its point."""
+    return (spot[0] ** 2 + spot[1] ** 2) ** 0.5 > RINGS_PT[0] + 0.5
+
+
+def _distance(box: Box, point) -> float:
+    """Pixels from `point` to the nearest point of `box` (0 inside it)."""
+    dx = max(box[0] - point[0], 0.0, point[0] - box[2])
+    dy = max(box[1] - point[1], 0.0, point[1] - box[3])
+    return (dx * dx + dy * dy) ** 0.5
+
+
+def _nearer_another(box: Box, origin, neighbours, margin_px: float = 4.0) -> bool:
+    """True when a label's box is about as near another point as its own (within `margin_px`): read without a
+    leader line, it could name either."""
+    own = _distance(box, origin)
+    return any(_distance(box, p) < own + margin_px for p in neighbours)
 
 
 def _leader_boxes(origin, box: Box, skip_px: float = 10.0, step_px: float = 5.0) -> list[Box]:
@@ -132,39 +156,48 @@ def _leader_boxes(origin, box: Box, skip_px: float = 10.0, step_px: float = 5.0)
     return [(x - 1, y - 1, x + 1, y + 1) for x, y in ((ox + (tx - ox) * f, oy + (ty - oy) * f) for f in fractions)]
 
 
-def place_labels(ax, labels, obstacles, fontsize: float = 9, renderer=None, short_only: bool = False, markers=()):
+def place_labels(ax, labels, obstacles, fontsize: float = 9, renderer=None, short_only: bool = False, markers=(),
+                 points=(), lines=()):
     """Annotate each label at the first free spot; returns (annotations, the labels that fell back to
-    their short id). Placed boxes join the obstacles, so later labels avoid earlier ones. A short id
-    tries further out too, and at last with a leader line across the `markers` (boxes among the
-    obstacles); one that finds no room at all is not drawn (its Label is marked unplaced, and the caption
-    says so) rather than drawn over another label."""
+    their short id, the boxes of the labels placed). Placed boxes join the obstacles, so later labels avoid
+    earlier ones. A name, where its leader line finds no clear way, may cross the `lines` (boxes among the
+    obstacles: arrows). A short id tries further out too, then with a leader line across the `lines`, and at
+    last across the `markers` (boxes among the obstacles) too; one that finds no room at all is not drawn
+    (its Label is marked unplaced, and the caption says so) rather than drawn over another label. `points`:
+    the centres (display pixels) of every point on the axes, which a label without a leader line must be
+    further from than from its own."""
     renderer = renderer or ax.figure.canvas.get_renderer()
-    taken, markers = list(obstacles), set(markers)
+    taken, markers, lines = list(obstacles), set(markers), set(lines)
     area = ax.get_window_extent(renderer).padded(-2)
     area = (area.x0, area.y0, area.x1, area.y1)
-    annotations, fell_back = [], []
+    annotations, fell_back, boxes = [], [], []
     for label in labels:
         text = label.text
         origin = tuple(ax.transData.transform((label.x, label.y)))
-        choice = None if short_only else _free(_candidates(ax, label, text, fontsize, renderer), taken, area, origin)
+        full = [] if short_only else _candidates(ax, label, text, fontsize, renderer)
+        choice = next((c for crossable in ((), lines) if full
+                       for c in [_free(full, taken, area, origin, crossable, points)] if c), None)
         if choice is None:
             text = label.short
             fell_back.append(label)
             short = _candidates(ax, label, text, fontsize, renderer, SHORT_RINGS_PT)
-            # last, a leader line may cross markers (never a label): in a tight cluster nothing else reaches out
-            choice = _free(short, taken, area, origin) or _free(short, taken, area, origin, crossable=markers)
+            # then a leader line may cross the `lines` (arrows), last the markers too (never a label): in a tight
+            # cluster nothing else reaches out
+            choice = next((c for crossable in ((), lines, lines | markers)
+                           for c in [_free(short, taken, area, origin, crossable, points)] if c), None)
         if choice is None:
             label.placed = False
             continue
         taken.append(choice[1])
+        boxes.append(choice[1])
         annotations.append(_annotate(ax, label, text, choice[0], fontsize))
-    return annotations, fell_back
+    return annotations, fell_back, boxes
 
 
 def _annotate(ax, label: Label, text: str, spot, fontsize: float):
     """The annotation for one placed label; a leader line when it sits beyond the first ring."""
     dx, dy, ha, va = spot
-    far = (dx * dx + dy * dy) ** 0.5 > RINGS_PT[0] + 0.5
+    far = _leader(spot)
     return ax.annotate(
         text, (label.x, label.y), xytext=(dx, dy), textcoords="offset points", ha=ha, va=va,
         fontsize=fontsize, color=label.color, gid="point-label", zorder=6,

@@ -1,10 +1,12 @@
 """Plots: memory against speed (every technique so far), and where the bytes went.
 
 One figure the chapter comes back to: peak memory (GiB, a log scale when the points span more than
-LOG_RATIO) against training speed, the learner's recipes joined by arrows in the order they were added,
-the shipped GPU reference runs scattered beside them (another marker and colour), the Pareto front of
-each series ringed, and the cards learners have drawn as lines. Figures are FIG_WIDTH_IN wide, which
-JupyterLab shows at 100% in a 1366-pixel window with its file browser open, and no text is below FONT_PT.
+LOG_RATIO) against training speed, the learner's recipes joined by arrows in the order they were added
+(only a recipe that adds one technique to the arrow's start is a step of that path: a full fine-tune or
+the source recipe is a point of its own), the shipped GPU reference runs scattered beside them (another
+marker and colour), the Pareto front of each series ringed, and the cards learners have drawn as lines.
+Figures are FIG_WIDTH_IN wide, which JupyterLab shows at 100% in a 1366-pixel window with its file browser
+open, and no text is below FONT_PT.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .common import GiB, MiB
 from .hardware import PROFILES
 from .placement import (Label, columns, fit_height, fit_width, grow_below, new_figure, place_labels,
                         place_line_labels, point_boxes, segment_boxes, wrap)
+from .plot_path import bend_retraced, one_technique, path_steps  # noqa: F401 (one_technique: plots' API too)
 from .results import Measurement
 
 FIG_WIDTH_IN = 9.0  # at the inline backend's 100 dpi: 900 px, under the ~950 px a notebook's output gets
@@ -32,6 +35,7 @@ CARD_80_GIB = ("A100 80GB, H100", 80.0)
 LEARNER_CARDS = (FREE_T4, CARD_16_GIB, CARD_24_GIB, CARD_80_GIB)
 
 MINE = ("o", "#1f5fa8")  # marker and colour of this run's points
+APART = "D"  # marker of this run's points that are not a step of its path (a full fine-tune, the source recipe)
 REFERENCE = (("s", "#d9730d"), ("^", "#2a9d4b"), ("D", "#8e44ad"), ("v", "#7f5539"))  # one per model and GPU
 MARKER_PT2 = 55  # marker area (points squared)
 
@@ -55,6 +59,7 @@ class Series:
     path: bool
     points: list = field(default_factory=list)  # (id, Measurement) of the recipes that fit and have a speed
     misfits: list = field(default_factory=list)  # labels of the recipes that did not fit
+    apart: set = field(default_factory=set)  # ids of this run's points that are not steps of its path
 
     @property
     def xy(self) -> list[tuple[float, float]]:
@@ -78,8 +83,9 @@ def _where(m: Measurement) -> str:
 
 
 def build_series(measurements: Sequence[Measurement], reference: Sequence[Measurement] = ()) -> list[Series]:
-    """This run as one numbered path (numbered among the recipes that fit, as the breakdown numbers them),
-    then the reference runs, one lettered series per model and GPU, in the order given."""
+    """This run as one numbered path (numbered among the recipes that fit, as the breakdown numbers them; its
+    points that do not add one technique to the path in `apart`), then the reference runs, one lettered
+    series per model and GPU, in the order given."""
     out = []
     mine = [m for m in measurements if m is not None]
     if mine:
@@ -88,6 +94,8 @@ def build_series(measurements: Sequence[Measurement], reference: Sequence[Measur
         fits = [m for m in mine if m.fits]
         out[0].points = [(str(i), m) for i, m in enumerate(fits, 1) if m.tokens_per_s]
         out[0].misfits = [m.label for m in mine if not m.fits]
+        steps = path_steps([m for _, m in out[0].points])
+        out[0].apart = {i for (i, _), step in zip(out[0].points, steps) if not step}
     groups: dict[str, Series] = {}
     for m in reference:
         key = _where(m)
@@ -152,17 +160,25 @@ def set_scale(axis, values: Sequence[float], linear_headroom: float = 1.15) -> s
 
 
 def _draw_series(ax, series: list[Series]) -> list:
-    """Markers, path arrows and Pareto rings; returns the obstacle points [(x, y)] and arrow segments."""
+    """Markers, path arrows and Pareto rings; returns the arrow segments. This run's points are drawn over the
+    reference runs' (a learner's point on top of a shipped one stays in sight); arrows join only its steps."""
     segments, ringed, noisy_said = [], False, False
     for s in series:
         xy = s.xy
         if not xy:
             continue
-        xs, ys = zip(*xy)
-        ax.scatter(xs, ys, marker=s.marker, s=MARKER_PT2, zorder=4, label=s.name, gid="points",
-                   facecolors=s.color if s.path else "white", edgecolors=s.color, linewidths=1.4)
+        z = 4.5 if s.path else 4
+        on = [p for (i, _), p in zip(s.points, xy) if i not in s.apart]
+        off = [p for (i, _), p in zip(s.points, xy) if i in s.apart]
+        if on:
+            ax.scatter(*zip(*on), marker=s.marker, s=MARKER_PT2, zorder=z, label=s.name, gid="points",
+                       facecolors=s.color if s.path else "white", edgecolors=s.color, linewidths=1.4)
+        if off:  # the first point is always a step: `on` is never empty
+            ax.scatter(*zip(*off), marker=APART, s=MARKER_PT2 * 0.8, zorder=z, gid="points", facecolors=s.color,
+                       edgecolors=s.color, linewidths=1.4, label="this run, not a step of the path (not one "
+                       "technique added)")
         if s.path:
-            for a, b in zip(xy, xy[1:]):
+            for a, b in zip(on, on[1:]):
                 arrow = ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
                     arrowstyle="-|>", color=s.color, lw=1.2, alpha=0.8, shrinkA=4.5, shrinkB=5.5, mutation_scale=10))
                 segments.append([a, b, 0.0, arrow])  # the bend (arc3's rad) is set once the scales are known
@@ -179,39 +195,6 @@ def _draw_series(ax, series: list[Series]) -> list:
                    f"Pareto front{' of each series' if several else ''}: none both leaner and faster")
         ringed = True
     return segments
-
-
-def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0) -> None:
-    """Curve each path arrow that runs along an earlier one (a step back the way the path came, as
-    3 -> 4 -> 5 when 5 undoes 4's speed): drawn straight, the two read as one double-headed arrow. The
-    bend goes towards the middle of the axes and is at least ~10 pixels deep."""
-    pts = [ax.transData.transform([a, b]) for a, b, _, _ in segments]
-    centre = ax.transAxes.transform((0.5, 0.5))
-    for i, (p, q) in enumerate(pts):
-        if not any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i]):
-            continue
-        d = q - p
-        length = float((d ** 2).sum() ** 0.5) or 1.0
-        rad = min(0.5, max(0.2, 24.0 / length))
-        mid = (p + q) / 2
-        control = mid + rad * d[::-1] * (1, -1)  # matplotlib's arc3: (x + rad dy, y - rad dx)
-        if ((control - centre) ** 2).sum() > ((2 * mid - control - centre) ** 2).sum():
-            rad = -rad
-        segments[i][2] = rad
-        segments[i][3].arrow_patch.set_connectionstyle(f"arc3,rad={rad:.3f}")
-
-
-def _runs_along(p, q, r, t, near_px: float, overlap_px: float) -> bool:
-    """True when display segment p-q lies within `near_px` of segment r-t's line and shares more than
-    `overlap_px` of its length."""
-    d = t - r
-    length = float((d ** 2).sum() ** 0.5)
-    if length < 1:
-        return False
-    u = d / length
-    off = [abs(float((x - r)[0] * u[1] - (x - r)[1] * u[0])) for x in (p, q)]
-    along = sorted(float(((x - r) * u).sum()) for x in (p, q))
-    return max(off) <= near_px and min(along[1], length) - max(along[0], 0.0) > overlap_px
 
 
 def _obstacles(ax, series: list[Series], segments) -> tuple[list, list]:
@@ -269,11 +252,14 @@ def memory_vs_speed(
     title: str = "Peak memory against speed",
     numbers_only: bool = False,
 ):
-    """Peak memory (GiB) against tokens/s: this run's recipes joined by arrows in the order given,
-    reference runs scattered beside them, each series' Pareto front ringed, learner cards as lines.
+    """Peak memory (GiB) against tokens/s: this run's recipes joined by arrows in the order given, each
+    arrow from a step to the next that adds one technique to it (path_steps; the others, such as a full
+    fine-tune or the source recipe, are points of their own, another marker), reference runs scattered
+    beside them, each series' Pareto front ringed, learner cards as lines.
 
     Each point is labelled '<id>. <recipe>' where there is room, else with its id (numbers for this
-    run, letters for reference runs) listed under the axis; `numbers_only` always uses the ids.
+    run, letters for reference runs) listed under the axis; `numbers_only` always uses the ids. When any
+    of this run's names finds no room, all of its points show their numbers and the names are listed.
     Recipes that did not fit are listed, not plotted. Without `ax` the figure is FIG_WIDTH_IN wide;
     with one, labels are placed for the axes' current size (lay the figure out first).
     """
@@ -313,13 +299,28 @@ def _axes(ax, xy, cards) -> None:
 
 
 def _label(ax, series, segments, cards, renderer, numbers_only: bool) -> None:
-    """The cards' names on their lines, then each point's name (or id) beside it, then the caption."""
+    """The cards' names on their lines, then each point's name (or id) beside it, then the caption. This run's
+    points are named first, nearest their points; where any of its names finds no room, every point of this
+    run is marked by its number and its names are listed under the axes in one numbered list (a mix of names
+    and numbers on a crowded plot reads as if the numbers were other points')."""
     markers, arrows = _obstacles(ax, series, segments)
     taken = markers + arrows
     taken += place_line_labels(ax, [(f"{name}: {gib:g} GiB", gib) for name, gib in cards], taken, FONT_PT, renderer)
-    labels = [Label(x, y, f"{i}. {m.label}", i) for s in series for (i, m), (x, y) in zip(s.points, s.xy)]
-    _, fell_back = place_labels(ax, labels, taken, FONT_PT, renderer, short_only=numbers_only,
-                                markers=markers + arrows)
+    centres = [tuple(c) for s in series if s.xy for c in ax.transData.transform(s.xy)]
+    fell_back = []
+    for s in series:
+        labels = [Label(x, y, f"{i}. {m.label}", i) for (i, m), (x, y) in zip(s.points, s.xy)]
+        placed = place_labels(ax, labels, taken, FONT_PT, renderer, short_only=numbers_only, markers=markers,
+                              lines=arrows, points=centres)
+        if s.path and placed[1] and not numbers_only:
+            for annotation in placed[0]:
+                annotation.remove()
+            for label in labels:
+                label.placed = True
+            placed = place_labels(ax, labels, taken, FONT_PT, renderer, short_only=True, markers=markers,
+                                  lines=arrows, points=centres)
+        taken += placed[2]
+        fell_back += placed[1]
     _caption(ax, series, fell_back, renderer)
 
 

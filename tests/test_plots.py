@@ -40,8 +40,8 @@ def measurements():
         make("baseline", 100, 2000.0),
         make("with checkpointing", 70, 1500.0, gradient_checkpointing=True),
         make("far too big", 500, None, status="does_not_fit", micro_batch=64),
-        make("accumulation", 40, 1200.0, micro_batch=1, grad_accum=4),
-    ]
+        make("accumulation", 40, 1200.0, gradient_checkpointing=True, micro_batch=1, grad_accum=4),
+    ]  # a ladder: each fitting recipe adds one technique to the one before
 
 
 @pytest.fixture
@@ -69,14 +69,19 @@ def t4_figure():
 
 
 def _t4_ladder():
-    """A learner's ladder on a T4 (GiB-sized, a log range), with one rung that did not fit."""
-    return [make("baseline (LoRA, fp32)", 8050, 8377.0, device="Tesla T4", model="smollm2-360m"),
-            make("+ gradient checkpointing", 2040, 5830.0, device="Tesla T4", model="smollm2-360m"),
-            make("+ accumulation (micro-batch 1)", 1633, 1602.0, device="Tesla T4", model="smollm2-360m"),
-            make("+ 8-bit AdamW", 1615, 1425.0, device="Tesla T4", model="smollm2-360m"),
-            make("full fine-tune", 20000, None, status="does_not_fit", device="Tesla T4", model="smollm2-360m"),
-            make("+ 4-bit QLoRA (NF4, double quant)", 620, 1029.0, device="Tesla T4", model="smollm2-360m"),
-            make("+ shorter sequences", 570, 463.0, device="Tesla T4", model="smollm2-360m")]
+    """A learner's ladder on a T4 (GiB-sized, a log range), with one rung that did not fit; each rung adds one
+    technique to the one before (a path of arrows)."""
+    t4 = dict(device="Tesla T4", model="smollm2-360m")
+    ckpt = dict(gradient_checkpointing=True)
+    accum = dict(ckpt, micro_batch=1, grad_accum=4)
+    eight = dict(accum, optimizer="adamw_8bit")
+    return [make("baseline (LoRA, fp32)", 8050, 8377.0, **t4),
+            make("+ gradient checkpointing", 2040, 5830.0, **t4, **ckpt),
+            make("+ accumulation (micro-batch 1)", 1633, 1602.0, **t4, **accum),
+            make("+ 8-bit AdamW", 1615, 1425.0, **t4, **eight),
+            make("full fine-tune", 20000, None, status="does_not_fit", **t4, lora_r=None),
+            make("+ 4-bit QLoRA (NF4, double quant)", 620, 1029.0, **t4, **eight, load_in_4bit=True),
+            make("+ shorter sequences", 570, 463.0, **t4, **eight, load_in_4bit=True, max_seq_length=128)]
 
 
 @pytest.fixture(autouse=True)
@@ -202,7 +207,8 @@ def test_cuda_peak_is_plotted_when_measured():
 
 
 def _crowded():
-    mine = [make(f"+ technique number {i}", 60 + 10 * (i % 3), 1300.0 + 40 * i) for i in range(8)]
+    mine = [make(f"+ technique number {i}", 60 + 10 * (i % 3), 1300.0 + 40 * i, max_seq_length=64 + 8 * i)
+            for i in range(8)]  # each a step: one knob changed
     return mine
 
 

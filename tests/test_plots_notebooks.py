@@ -1,0 +1,157 @@
+"""The memory-against-speed figure as notebooks 03, 07 and 08 draw it (issue 13), from measurements shaped like
+theirs (tests/plot_cases.py): arrows join only the steps that add one technique, and this run's labels can be
+read in a crowded plot (no overlaps, none nearer another point than its own without a leader line)."""
+
+from __future__ import annotations
+
+import itertools
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+
+import plot_cases  # noqa: E402
+from course_utils import plots  # noqa: E402
+from course_utils.placement import overlaps  # noqa: E402
+from course_utils.recipe import Recipe  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def figures():
+    """Each case's figure, drawn once."""
+    drawn = {}
+    yield lambda case: drawn.setdefault(case, plot_cases.draw(case))
+    for fig in drawn.values():
+        plt.close(fig)
+
+
+def _arrow_ends(ax):
+    return [(tuple(a.xyann), tuple(a.xy)) for a in ax.texts if a.get_gid() == "path-arrow"]
+
+
+def _xy(m):
+    return (m.tokens_per_s, m.peak_gib)
+
+
+def _is(p, q):
+    return np.allclose(p, q, rtol=1e-9)
+
+
+@pytest.mark.parametrize("case, apart", [
+    ("03-cpu", ["full FT, adamw_torch", "full FT, adamw_8bit"]),
+    ("07-cpu", ["source chapter recipe (seq 256)"]),
+    ("07-t4", ["source chapter recipe (seq 512)"]),
+    ("07-h200", ["source chapter recipe (seq 512)"]),
+    ("08-h200", ["fast recipe (16x1)", "fast, embeddings + activations on CPU (16x1)"]),
+])
+def test_arrows_join_only_the_steps_that_add_one_technique(case, apart, figures):
+    mine, _ = plot_cases.CASES[case]()
+    ax = figures(case).axes[0]
+    ends = _arrow_ends(ax)
+    off = [_xy(m) for m in mine if m.label in apart]
+    steps = [m for m in mine if m.label not in apart]
+    for p in off:  # a full fine-tune or the source recipe: no arrow starts or ends there
+        assert not any(_is(p, a) or _is(p, b) for a, b in ends), p
+    assert len(ends) == len(steps) - 1
+    for (a, b), (m, n) in zip(ends, zip(steps, steps[1:])):  # each arrow: one step to the next, in order
+        assert _is(a, _xy(m)) and _is(b, _xy(n))
+        assert plots.one_technique(m, n), (m.label, n.label)
+    points = [c for c in ax.collections if c.get_gid() == "points"]
+    diamonds = [c for c in points if len(c.get_offsets()) == len(off) and c.get_label().startswith("this run, not")]
+    assert len(diamonds) == 1  # drawn, with their own marker and legend entry
+    np.testing.assert_allclose(np.asarray(diamonds[0].get_offsets()), off)
+
+
+def test_one_technique_is_one_group_of_knobs_and_nothing_else():
+    base = plot_cases.make(Recipe(label="a"), 100, 1000)
+    step = lambda **changes: plot_cases.make(Recipe(label="b", **changes), 90, 900)  # noqa: E731
+    assert plots.one_technique(base, step(gradient_checkpointing=True))
+    assert plots.one_technique(base, step(micro_batch=1, grad_accum=4))  # accumulation: one technique, two knobs
+    assert not plots.one_technique(base, step(gradient_checkpointing=True, optimizer="adamw_8bit"))
+    assert not plots.one_technique(base, step(lora_r=None))  # a full fine-tune is not a technique added
+    assert not plots.one_technique(base, step(learning_rate=1e-3))
+    assert not plots.one_technique(base, plot_cases.make(Recipe(label="same"), 90, 900))  # nothing added
+    auto = plot_cases.make(Recipe(label="auto", precision="auto", load_in_4bit=True), 60, 800)  # fp32 on a CPU
+    assert plots.one_technique(base, auto)
+    ddp = plot_cases.make(Recipe(label="2 processes"), 100, 1800)
+    ddp.gpus, ddp.strategy = 2, "ddp"  # notebook 09: one process against two
+    assert plots.one_technique(base, ddp)
+
+
+def test_the_path_goes_on_past_a_point_of_its_own():
+    a = plot_cases.make(Recipe(label="baseline"), 100, 1000)
+    full = plot_cases.make(Recipe(label="full", lora_r=None), 200, 900)
+    b = plot_cases.make(Recipe(label="+ ckpt", gradient_checkpointing=True), 80, 800)
+    assert plots.path_steps([a, full, b]) == [True, False, True]
+    series = plots.build_series([a, full, b])[0]
+    assert series.apart == {"2"}
+
+
+def _label_boxes(ax, renderer, series_ids):
+    """(annotation, box) of the point labels whose text is one of `series_ids` or starts with '<id>. '."""
+    out = []
+    for t in ax.texts:
+        if t.get_gid() != "point-label":
+            continue
+        key = t.get_text().split(". ", 1)[0]
+        if key in series_ids:
+            b = Text.get_window_extent(t, renderer)
+            out.append((t, (b.x0, b.y0, b.x1, b.y1)))
+    return out
+
+
+def _distance(box, p):
+    dx = max(box[0] - p[0], 0.0, p[0] - box[2])
+    dy = max(box[1] - p[1], 0.0, p[1] - box[3])
+    return (dx * dx + dy * dy) ** 0.5
+
+
+@pytest.mark.parametrize("case", list(plot_cases.CASES))
+def test_this_runs_labels_can_be_read(case, figures):
+    """No label overlaps another or a point; a label with no leader line is nearer its own point than any
+    other; this run's points are all named or all numbered (with the names listed under the axes)."""
+    mine, reference = plot_cases.CASES[case]()
+    fig = figures(case)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ids = {str(i) for i in range(1, len(mine) + 1)}
+    own = _label_boxes(ax, renderer, ids)
+    assert len(own) == len(mine)  # every point of this run is marked on the plot
+    everything = [(t, _box(t, renderer)) for t in ax.texts if t.get_gid() in ("point-label", "card-label")]
+    for (ta, a), (tb, b) in itertools.combinations(everything, 2):
+        assert not overlaps(a, b), f"{ta.get_text()!r} overlaps {tb.get_text()!r}"
+    centres = [tuple(p) for c in ax.collections if c.get_gid() == "points"
+               for p in ax.transData.transform(c.get_offsets())]
+    r = 4 * fig.dpi / 72
+    for t, box in own:
+        covered = any(overlaps(box, (x - r, y - r, x + r, y + r)) for x, y in centres)
+        assert not covered, f"{t.get_text()!r} covers a point"
+        if t.arrow_patch is None:  # read without a leader line: it must sit nearest its own point
+            p = tuple(ax.transData.transform(t.xy))
+            others = [q for q in centres if abs(q[0] - p[0]) + abs(q[1] - p[1]) > 0.5]
+            nearest = all(_distance(box, q) > _distance(box, p) for q in others)
+            assert nearest, f"{t.get_text()!r} is nearer another point"
+    numbered = [t.get_text() in ids for t, _ in own]
+    assert all(numbered) or not any(numbered)
+    if all(numbered):
+        caption = "\n".join(t.get_text() for t in ax.texts if t.get_gid() == "caption")
+        assert all(f"{i}. {m.label}" in caption for i, m in enumerate(mine, 1))
+
+
+def _box(t, renderer):
+    b = Text.get_window_extent(t, renderer)
+    return (b.x0, b.y0, b.x1, b.y1)
+
+
+@pytest.mark.parametrize("case", ["07-h200", "08-h200"])
+def test_this_runs_points_are_drawn_over_the_reference_runs(case, figures):
+    ax = figures(case).axes[0]
+    mine, ref = [c for c in ax.collections if c.get_gid() == "points" and c.get_label().startswith("this run")], \
+        [c for c in ax.collections if c.get_gid() == "points" and c.get_label().startswith("reference")]
+    assert min(c.get_zorder() for c in mine) > max(c.get_zorder() for c in ref)

@@ -18,6 +18,10 @@ The GPU figures come from scripts/beyond_recipe.py, shipped in course_utils/refe
 peer: Unsloth, measured in the same run by scripts/beyond_recipe.py --peers unsloth (scripts/peer_unsloth.py, in an
 environment of its own) on the same model, data, tokens per step and timing rule, shipped apart from ours in
 reference/beyond/peers/.
+
+Toward the limit (issue 16): each run's tokens/s against its compute limit (its FLOPs per token at the GPU's
+datasheet peak) and its allocated peak against the memory floor of its frozen weights (course_utils.limits;
+toward_the_limit, limit_table).
 """
 
 from __future__ import annotations
@@ -378,3 +382,68 @@ def peer_summary(runs: list) -> dict:
                    tokens_per_s=round(m.tokens_per_s), losses=m.losses, label=m.label)
               for m in runs if m.fits and m.cuda_max_allocated and m.tokens_per_s],
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# toward the limit (issue 16): each run against its compute limit and its memory floor (course_utils.limits)
+# ---------------------------------------------------------------------------------------------
+STRETCH_LIMIT_FRACTION = 0.75  # the issue's stretch goal: 75% of the checkpointed limit at 16x1 ...
+STRETCH_MAX_GIB = 7.0  # ... within 7 GiB allocated
+
+
+def limit_rows(measurements: list, peak_flops: float | None = None) -> list:
+    """limits.Against for each run that fits (at `peak_flops`, else its GPU's datasheet peak)."""
+    from .limits import against
+
+    return [against(m, peak_flops) for m in measurements if m.fits and m.cuda_max_allocated and m.tokens_per_s]
+
+
+def toward(label: str, run: str = "", model: str = "llama-3.1-8b"):
+    """A shipped run (reference(model, run); with run="peer-run" the peer's runs too, by their labels) against its
+    compute limit at its GPU's datasheet peak and its memory floor: a limits.Against (.fraction, .floor_gib, ...)."""
+    runs = reference(model, run) + (peer_reference(model) if run == "peer-run" else [])
+    found = by_label(runs)
+    if label not in found:
+        raise KeyError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
+    return limit_rows([found[label]])[0]
+
+
+def limit_table(table: list) -> Table:
+    """limit_rows as a Table: tokens/s against the compute limit, allocated against the memory floor."""
+    columns = [Column("recipe", wrap=True), Column("tokens/s", fmt=",.0f"), Column("GFLOP", "/token", ".2f"),
+               Column("limit", "tokens/s", ",.0f"), Column("of limit", fmt=".1%"), Column("allocated", "GiB", ".2f"),
+               Column("floor", "GiB", ".2f"), Column("x floor", fmt=".2f")]
+    return Table(columns, [[r.label, r.tokens_per_s, r.gflop_per_token, r.limit_tokens_per_s, r.fraction,
+                            r.allocated_gib, r.floor_gib, r.over_floor] for r in table])
+
+
+def toward_the_limit(measurements: list, peak_flops: float | None = None) -> str:
+    """The FLOPs-per-token arithmetic and the memory floor of the first run's recipe, the peak they are read at, and
+    every run against both (at most 100 characters a line)."""
+    from .limits import datasheet_peak, flops_per_token, memory_floor
+    from .tables import wrap
+
+    ok = [m for m in measurements if m.fits and m.cuda_max_allocated and m.tokens_per_s]
+    if not ok:
+        return "no run that fits"
+    first = ok[0]
+    f = flops_per_token(first.recipe_obj)
+    device = first.env.get("device", "?")
+    peak = peak_flops if peak_flops is not None else datasheet_peak(device, first.precision or "bf16")
+    out = f.lines()
+    if peak:
+        where = ("as given" if peak_flops is not None else
+                 f"the {device} datasheet's dense {first.precision or 'bf16'} Tensor Core peak")
+        out.append(wrap(f"compute limit: {peak / 1e12:,.0f} TFLOP/s ({where}) / {f.total / 1e9:.2f} GFLOP per token "
+                        f"= {peak / f.total:,.0f} tokens/s. A measured matmul rate is lower than a datasheet's "
+                        "(scripts/peak_matmul.py measures one), and the step has work that is not matmuls."))
+    else:
+        out.append(f"compute limit: no datasheet peak for {device} here (give one with peak_flops)")
+    with_table = memory_floor(first.recipe_obj.with_(offload_embeddings=False))
+    without = memory_floor(first.recipe_obj.with_(offload_embeddings=True))
+    out.append("memory floor: the frozen weights on the GPU (the input embeddings unless kept in CPU memory)")
+    out += with_table.lines()
+    if without.total != with_table.total:
+        out.append(f"  {'without the input embeddings':<38}{without.total / GiB:6.2f} GiB")
+    out += ["", str(limit_table(limit_rows(ok, peak_flops)))]
+    return "\n".join(out)

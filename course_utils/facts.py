@@ -14,6 +14,8 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   planner(model, budget, hardware)  course_utils.plan.plan(...): its rows, its pick (with .speed)
   accuracy()                        the estimate against every GPU reference run (scripts/estimator_accuracy.py)
   curves(run="")                    how notebook 08's loss curves agree with the source recipe's
+  toward(label, run="")             that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
+  flops(recipe), floor(recipe)      FLOPs per token and memory floor of a recipe (course_utils.limits)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
 
@@ -122,9 +124,9 @@ def _lib() -> SimpleNamespace:
     copies against the installed libraries' source)."""
     from . import estimate as E
     from . import plan as P
-    from .hardware import PROFILES, T4_PEAK_FLOPS
+    from .hardware import H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
 
-    return SimpleNamespace(
+    return SimpleNamespace(h200_bf16_tflops=H200_PEAK_FLOPS["bf16"] / 1e12,
         bnb_state_block=E.BNB_8BIT_BLOCK, bnb_min_8bit_size=E.BNB_MIN_8BIT_SIZE, bnb_page_min=E.BNB_PAGE_MIN,
         nf4_block=E.NF4_BLOCK, nf4_scale_block=E.NF4_SCALE_BLOCK, loss_vocab_tile=E.LOSS_VOCAB_TILE,
         loss_token_tile=E.LOSS_TOKEN_TILE, t4_gib=PROFILES["t4"].card_bytes / GiB,
@@ -160,7 +162,8 @@ def _targets() -> SimpleNamespace:
 
     return SimpleNamespace(lean_max_ratio=beyond.LEAN_MAX_RATIO, lean_max_gib=beyond.LEAN_MAX_GIB,
                            fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP,
-                           peer_max_ratio=beyond.PEER_MAX_MEMORY_RATIO, peer_min_speedup=beyond.PEER_MIN_SPEEDUP)
+                           peer_max_ratio=beyond.PEER_MAX_MEMORY_RATIO, peer_min_speedup=beyond.PEER_MIN_SPEEDUP,
+                           stretch_fraction=beyond.STRETCH_LIMIT_FRACTION, stretch_gib=beyond.STRETCH_MAX_GIB)
 
 
 def nf4_bits(double_quant: bool = True) -> float:
@@ -273,14 +276,17 @@ def offline_examples() -> int:
 
 def namespace() -> dict:
     """The names a placeholder may use."""
+    from .beyond import toward
     from .estimate import anchor_recipe, estimate_distributed
     from .lessons import tf32_run as tf32
+    from .limits import flops_per_token, memory_floor
     from .recipe import Recipe
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32,
                 offline_examples=offline_examples, peer=peer, planner=planner, accuracy=accuracy, curves=curves,
-                MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
+                toward=toward, flops=flops_per_token, floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed,
+                anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len,
                 sum=sum)
 

@@ -77,6 +77,11 @@ class Profile:
 
 
 T4_PEAK_FLOPS = {"fp16": 65e12, "fp32": 8.1e12}  # NVIDIA T4 datasheet: fp16 on its tensor cores, fp32 without
+# NVIDIA H200 (SXM, what torch names "NVIDIA H200"; the H200 NVL is slower) datasheet: BF16 and FP16 Tensor Core
+# 1,979 TFLOP/s "with sparsity" (2:4 structured), so 989 dense: the rate a dense bf16 matmul can at best reach.
+H200_PEAK_FLOPS = {"bf16": 989e12, "fp16": 989e12}
+# datasheet peaks by the device name torch reports (a measurement's env["device"])
+DATASHEET_PEAK_FLOPS = {"NVIDIA H200": H200_PEAK_FLOPS, "Tesla T4": T4_PEAK_FLOPS}
 
 PROFILES = {
     "t4": Profile(

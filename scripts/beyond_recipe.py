@@ -9,7 +9,8 @@ Each recipe trains in a fresh process (course_utils.measure) on a random-weight 
 its config (no download): warm-up step, one tracked step (peaks by category and CUDA's allocated
 and reserved peaks), then timed steps (median tokens/s). With --steps 20 the per-step losses of
 the source, lean and fast recipes, which see the same data in the same order, are compared too.
-The --out file is a results store: a recipe already in it is not run again.
+The --out file is a results store: a recipe already in it is not run again. Under the table: every run's
+tokens/s against its compute limit and its allocated peak against its memory floor (beyond.toward_the_limit).
 
 --peers unsloth (an optional extra, never a dependency of the course): after our recipes, Unsloth trains the
 same model, data and tokens per step at its two settings, 16x1 and 1x16, through scripts/peer_unsloth.py, each in
@@ -173,6 +174,8 @@ def report(args, done: list, peers: list) -> None:
     print(f"{args.model}, sequence 512, 16 x 512 tokens per optimizer step; ratios against the source recipe "
           "measured in this run" + (" and against the peer at the same batching" if peers else ""))
     print(beyond.format_rows(beyond.rows(done, peers=peers)))
+    print()
+    print(beyond.toward_the_limit(done + peers))
     src = next((m for m in done if m.label.startswith("source")), None)
     lean = next((m for m in done if m.label.startswith("lean recipe")), None)
     fast = next((m for m in done if m.label.startswith("fast recipe")), None)

@@ -13,8 +13,10 @@ of the 40 largest entries by self device time (<label>.txt) and one JSON line of
   under 1: the GPU waits for Python and kernel launches, so fewer, larger kernels or CUDA graphs help);
 - by_kind: that device time split by what the kernels do, read from their names (KINDS: matmuls, NF4
   dequantization, attention, the loss, host/device copies, the optimizer, the rest);
-- the compute limit: 6 x parameters FLOPs per token, plus 2 x parameters more when checkpointing
-  recomputes the forward, plus attention; flops_per_token and limit_tokens_per_s at --peak-tflops.
+- the compute limit: the FLOPs of one token (course_utils.limits.flops_per_token, the arithmetic the course
+  shows: forward, backward with input gradients and the trained weights' gradients, the layers' forward again
+  under checkpointing, attention) and limit_tokens_per_s at --peak-tflops (default: the GPU's datasheet dense
+  bf16 peak, course_utils.hardware.DATASHEET_PEAK_FLOPS; scripts/peak_matmul.py measures a real matmul rate).
 These are profiled steps (the profiler adds its own overhead): compare kinds within a step, and take
 speeds from scripts/beyond_recipe.py, not from here.
 """
@@ -52,20 +54,6 @@ def kind_of(name: str) -> str:
     return "other (elementwise, norms, casts, ...)"
 
 
-def flops_per_token(recipe, shapes) -> dict:
-    """6N for forward and backward over every weight (LoRA's frozen base still needs the input gradients:
-    4N, plus 2N forward; the weight gradients of frozen weights are skipped, so 4N in all without them),
-    +2N when checkpointing recomputes the forward, + attention's 2 x 2 x layers x seq x hidden per token
-    forward (x3 with backward, x4 with recomputation)."""
-    n = shapes.linear_params + shapes.vocab * shapes.hidden  # the decoder's linears and lm_head (the lookup is none)
-    base = 4 * n  # forward 2N + input gradients 2N (frozen weights: no weight gradients)
-    recompute = 2 * n if recipe.gradient_checkpointing else 0
-    attn_fwd = 4 * shapes.layers * recipe.max_seq_length * shapes.hidden
-    attn = attn_fwd * (4 if recipe.gradient_checkpointing else 3)
-    return dict(matmul_params=n, forward_backward=base, recompute=recompute, attention=attn,
-                total=base + recompute + attn)
-
-
 def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -74,6 +62,7 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
     from course_utils.build import build
     from course_utils.estimate import model_shapes
     from course_utils.hardware import release_memory
+    from course_utils.limits import flops_per_token
 
     recipe = recipe.with_(steps=steps, warmup_steps=min(recipe.warmup_steps, steps - 1), label=recipe.label)
     state: dict = {}
@@ -109,13 +98,15 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
     (out / f"{safe}.txt").write_text(table)
     tokens = recipe.micro_batch * recipe.grad_accum * recipe.max_seq_length
     f = flops_per_token(recipe, model_shapes(recipe.model))
+    flops = dict(weights=f.weights, attention=f.attention, forward=f.forward, backward=f.backward,
+                 recompute=f.recompute, total=f.total)
     step_s = state["step_s"]
     summary = dict(label=recipe.label, micro_batch=recipe.micro_batch, grad_accum=recipe.grad_accum,
                    step_s=round(step_s, 3), tokens_per_s=round(tokens / step_s),
                    kernel_s=round(kernel_us / 1e6, 3), gpu_busy=round(kernel_us / 1e6 / step_s, 3),
                    by_kind={k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-                   flops_per_token=f, peak_tflops=peak_tflops,
-                   limit_tokens_per_s=round(peak_tflops * 1e12 / f["total"]),
+                   flops_per_token=flops, peak_tflops=peak_tflops,
+                   limit_tokens_per_s=round(peak_tflops * 1e12 / f.total),
                    device=torch.cuda.get_device_name(), torch=torch.__version__,
                    date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(sys.argv))
     del built, prof
@@ -129,14 +120,23 @@ def main() -> int:
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps; the last one is profiled")
     parser.add_argument("--only", action="append", default=None, help="only the recipe with this label")
-    parser.add_argument("--peak-tflops", type=float, default=790.0,
-                        help="the GPU's dense bf16 matmul rate for the limit (H200: 790 measured, issue 16)")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the GPU's dense bf16 matmul rate for the limit (default: its datasheet's, "
+                             "course_utils.hardware.DATASHEET_PEAK_FLOPS; scripts/peak_matmul.py measures one)")
     args = parser.parse_args()
     import torch
 
     if not torch.cuda.is_available():
         print("profile_step.py profiles CUDA kernels: it needs a GPU", file=sys.stderr)
         return 1
+    if args.peak_tflops is None:
+        from course_utils.limits import datasheet_peak
+
+        peak = datasheet_peak(torch.cuda.get_device_name(), "bf16")
+        if peak is None:
+            print(f"no datasheet peak for {torch.cuda.get_device_name()}: give --peak-tflops", file=sys.stderr)
+            return 1
+        args.peak_tflops = peak / 1e12
     path = beyond.path_from(beyond.source(args.model))
     recipes = [path[5], path[3], path[6], path[0]]  # fast (16x1), + Liger (1x16), fast + CPU (16x1), source
     if args.only:
@@ -150,7 +150,7 @@ def main() -> int:
         kinds = ", ".join(f"{k} {v:.2f} s" for k, v in s["by_kind"].items())
         print(f"{s['label']}: step {s['step_s']:.2f} s ({s['tokens_per_s']:,} tokens/s profiled), kernels "
               f"{s['kernel_s']:.2f} s (GPU busy {s['gpu_busy']:.0%}); {kinds}; limit {s['limit_tokens_per_s']:,} "
-              f"tokens/s at {s['flops_per_token']['total'] / 1e9:.1f} GFLOP/token", flush=True)
+              f"tokens/s at {s['flops_per_token']['total'] / 1e9:.2f} GFLOP/token", flush=True)
     return 0
 
 

@@ -3,6 +3,7 @@ reference run): each variant trains in a fresh process, the way course_utils.mea
 warm-up, tracked step, median of the timed steps), and prints one JSON line.
 
     python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME]
+    python scripts/try_step_changes.py --model tiny --steps 4 --out tries.jsonl   # on a CPU: a smoke test
 
 Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step):
 - "1x16 Liger": notebook 08's "+ Liger kernels" recipe (1x16), as shipped;
@@ -10,7 +11,15 @@ Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per o
 - "1x16 Liger, compiled layers": each decoder layer compiled with torch.compile (regional compilation:
   one graph per layer, reused by all of them), checkpointing around the compiled layer as before;
 - the same two for the fast recipe with embeddings and activations on CPU (16x1).
-Compilation time falls in the warm-up step, which is not timed.
+Compilation time falls in the warm-up step, which is not timed. Each RESULT line also counts what torch.compile did
+(torch._dynamo's counters: frames compiled, graphs, graph breaks, recompiles).
+
+Checked on a CPU (2026-12-02, torch 2.13, bitsandbytes 0.50.2, peft 0.21.2, transformers 5.24.0) with the tiny model,
+`--model tiny`, which runs the same variants as notebook 08's CPU recipes with the CUDA-only changes (Liger, activation
+offloading) off: each compiled decoder layer is one graph with no graph break (the checkpoint is captured as
+torch's tag_activation_checkpoint, bitsandbytes' 4-bit matmuls as its custom ops inside), one graph shared by every
+layer, no recompiles over the steps, the losses those of the uncompiled run. Not checked: Liger's Triton kernels and
+trl's activation offloading inside a compiled layer (CUDA only).
 """
 
 from __future__ import annotations
@@ -28,10 +37,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def variants(steps: int) -> dict:
+def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
+    """The variants by name: on a GPU on `model` as notebook 08's GPU path builds it; on a CPU (a smoke test of the
+    same code, e.g. --model tiny) notebook 08's CPU recipes, Liger and activation offloading off (CUDA only)."""
     from course_utils import beyond
+    from course_utils.hardware import device_type
 
-    path = beyond.path_from(beyond.source("llama-3.1-8b", steps))
+    if device_type() == "cuda":
+        path = beyond.path_from(beyond.source(model, steps))
+    else:
+        path = [r.with_(liger_kernels=False, offload_activations=False, steps=steps, label=r.label)
+                for r in beyond.path_here(model)]
     liger, low = path[3], path[-1]
     return {
         "1x16 Liger": (liger, False),
@@ -47,7 +63,11 @@ def compile_layers(built) -> None:
     """torch.compile every decoder layer (one compiled graph, reused: the layers share their code)."""
     import torch
 
-    torch._dynamo.config.cache_size_limit = 64  # guards on each layer's attributes would recompile per layer
+    # One graph serves every layer (their parameters are the graph's inputs; on the CPU check, no recompiles). Should a
+    # guard on some layer's attribute recompile per layer anyway, the default limit (8) would leave the rest eager:
+    # allow one per layer. recompile_limit is the name since torch 2.6; cache_size_limit the older alias.
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
     model = built.trainer.model
     layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
     for layer in layers:
@@ -55,10 +75,20 @@ def compile_layers(built) -> None:
     print(f"compiled {len(layers)} decoder layers", flush=True)
 
 
-def child(name: str, steps: int) -> None:
+def compile_counts() -> dict:
+    """What torch.compile did in this process (torch._dynamo's counters): frames, graphs, graph breaks, recompiles."""
+    from torch._dynamo.utils import counters
+
+    breaks = counters.get("graph_break", {})
+    return dict(frames=counters.get("frames", {}).get("total", 0), frames_ok=counters.get("frames", {}).get("ok", 0),
+                graphs=counters.get("stats", {}).get("unique_graphs", 0), graph_breaks=sum(breaks.values()),
+                break_reasons=sorted(breaks)[:10], recompiles=sum(counters.get("recompiles", {}).values()))
+
+
+def child(name: str, steps: int, model: str = "llama-3.1-8b") -> None:
     from course_utils.measure import run_here
 
-    recipe, compiled = variants(steps)[name]
+    recipe, compiled = variants(steps, model)[name]
     t0 = time.perf_counter()
     m = run_here(recipe, on_built=compile_layers if compiled else None)
     print("RESULT " + json.dumps(dict(variant=name, status=m.status, error=m.error[:300],
@@ -66,23 +96,25 @@ def child(name: str, steps: int) -> None:
                                       reserved_gib=round((m.cuda_max_reserved or 0) / 2**30, 2),
                                       tokens_per_s=m.tokens_per_s, losses=[round(x, 4) for x in m.losses],
                                       timing=m.timing, wall_s=round(time.perf_counter() - t0, 1),
-                                      recipe=recipe.to_dict(), env=m.env, date=m.date)), flush=True)
+                                      compile=compile_counts() if compiled else None,
+                                      recipe=recipe.to_dict(), env=m.env, date=m.date, command=m.command)), flush=True)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--model", default="llama-3.1-8b", help="on a CPU: tiny (a smoke test of the same code)")
     ap.add_argument("--only", action="append")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--child")
     a = ap.parse_args()
     if a.child:
-        child(a.child, a.steps)
+        child(a.child, a.steps, a.model)
         return 0
-    names = a.only or list(variants(a.steps))
+    names = a.only or list(variants(a.steps, a.model))
     for name in names:
-        cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps)]
+        cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
             lines = [ln[7:] for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -94,7 +126,8 @@ def main() -> int:
             f.write(line + "\n")
         d = json.loads(line)
         print(f"{name:42} {d['status']:8} {d.get('allocated_gib', '-')!s:>6} GiB {d.get('tokens_per_s')!s:>9} tok/s "
-              f"losses {d.get('losses', [])} {d.get('error', '')[:300]}", flush=True)
+              f"losses {d.get('losses', [])} {d.get('error', '')[:300]}"
+              + (f" compile {d['compile']}" if d.get("compile") else ""), flush=True)
     return 0
 
 

@@ -100,17 +100,20 @@ def _merge(folder: Path, recipe, load_in_4bit: bool, base: str) -> Merged:
 
     model, tokenizer = load_base(base, load_in_4bit, recipe.precision if recipe else "auto")
     model = PeftModel.from_pretrained(model, str(folder)).eval()
+    # Bytes are counted before any forward pass (build.one_4bit_format_on_every_cpu says why a forward could
+    # change them).
+    before = tensor_bytes(model_state_tensors(model))
     ids = tokenizer(data_prompts(1)[0]["prompt"], return_tensors="pt")["input_ids"].to(model.device)
     with torch.no_grad():
         with model.disable_adapter():
             plain = model(input_ids=ids).logits.float()
         adapted = model(input_ids=ids).logits.float()
-    before = tensor_bytes(model_state_tensors(model))
     tracker = MemoryTracker(device_type())
     tracker.classify(model_state_tensors(model), "parameters")
     with warnings.catch_warnings(record=True) as caught, tracker:
         warnings.simplefilter("always")
         merged = model.merge_and_unload()
+    merged_bytes = tensor_bytes(model_state_tensors(merged))  # before its forward pass, as `before`
     with torch.no_grad():
         after_logits = merged(input_ids=ids).logits.float()
     q_proj = next(m for n, m in merged.named_modules() if n.endswith("q_proj"))
@@ -120,7 +123,7 @@ def _merge(folder: Path, recipe, load_in_4bit: bool, base: str) -> Merged:
               else f"{type(q_proj).__name__}: {w.dtype}")
     change = {k: (a - b).abs().mean().item() for k, a, b in (("adapter", adapted, plain),
               ("merge", after_logits, adapted), ("kept", after_logits, plain))}
-    return Merged(load_in_4bit=load_in_4bit, bytes_before=before, bytes_after=tensor_bytes(model_state_tensors(merged)),
+    return Merged(load_in_4bit=load_in_4bit, bytes_before=before, bytes_after=merged_bytes,
                   peak_bytes=tracker.peak, stored_as=stored, warnings=sorted({str(c.message) for c in caught}),
                   logit_change=change)
 

@@ -232,3 +232,21 @@ def test_memory_stats_on_a_gpu_read_reserved_and_the_card(monkeypatch):
     assert "2.00 GiB reserved (12.5% of the card)" in text
     assert "The card now: 4.00 GiB used" in text
     assert "allocated 4.00 GiB (25.0% of its card), reserved 8.00 GiB (50.0%)" in text
+
+
+def test_an_eval_forward_on_a_cpu_leaves_the_4bit_weights_as_loaded():
+    """bitsandbytes repacks 4-bit weights at an eval forward on AVX512-BF16 CPUs (other bytes, other kernels);
+    build.load_model turns that off, so every CPU counts the same bytes (the merge test above relies on it)."""
+    import torch
+
+    from course_utils.memtrack import model_state_tensors, tensor_bytes
+
+    model, tokenizer = after.load_base("tiny", load_in_4bit=True)
+    flags = [m.support_avx512bf16_for_cpu for m in model.modules() if hasattr(m, "support_avx512bf16_for_cpu")]
+    assert flags and not any(flags)
+    before = tensor_bytes(model_state_tensors(model))
+    with torch.no_grad():
+        model(input_ids=tokenizer("a test", return_tensors="pt")["input_ids"])
+    assert tensor_bytes(model_state_tensors(model)) == before
+    assert not any(getattr(m.weight.quant_state, "packing_format_for_cpu", False)
+                   for m in model.modules() if hasattr(m, "support_avx512bf16_for_cpu"))

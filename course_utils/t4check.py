@@ -118,29 +118,15 @@ class Flops:
 
 
 def flops_per_token(recipe: Recipe) -> Flops:
-    """Forward, backward and (with checkpointing) the recomputed forward, for one token of this recipe.
+    """Forward, backward and (with checkpointing) the recomputed forward, for one token of this recipe, as
+    course_utils.limits counts them (its docstring says what is counted), with the sum on one line."""
+    from .limits import flops_per_token as count
 
-    Forward: 2 x the weights of every linear layer and the LM head, plus attention's two products
-    (scores and values: 2 x 2 x q_dim per earlier token; a causal token sees seq/2 on average).
-    Backward: the input gradients cost the forward again, twice over for attention; weight gradients
-    cost 2 x the weights that train (all of them in a full fine-tune, the LoRA factors otherwise,
-    whose forward is counted too). Checkpointing runs the layers' forward once more."""
-    from .estimate import lora_shapes, model_shapes
-
-    s = model_shapes(recipe.model)
-    layer_w = s.linear_params
-    head_w = s.lm_head_params or s.embed_params  # a tied head multiplies by the embedding matrix
-    attn = s.layers * 2 * 2 * s.q_dim * recipe.max_seq_length / 2
-    lora = s.layers * sum(recipe.lora_r * (i + o) for _, i, o in lora_shapes(recipe, s)) if recipe.uses_lora else 0
-    forward = 2 * (layer_w + head_w + lora) + attn
-    trained = layer_w + head_w if not recipe.uses_lora else lora
-    backward = 2 * (layer_w + head_w + lora) + 2 * attn + 2 * trained
-    recompute = 2 * (layer_w + lora) + attn if recipe.gradient_checkpointing else 0
-    total = forward + backward + recompute
-    parts = f"forward {forward / 1e9:.2f} + backward {backward / 1e9:.2f}"
-    if recompute:
-        parts += f" + recomputed forward {recompute / 1e9:.2f}"
-    return Flops(total, f"{parts} = {total / 1e9:.2f} GFLOP per token")
+    f = count(recipe)
+    parts = f"forward {f.forward / 1e9:.2f} + backward {f.backward / 1e9:.2f}"
+    if f.recompute:
+        parts += f" + recomputed forward {f.recompute / 1e9:.2f}"
+    return Flops(f.total, f"{parts} = {f.total / 1e9:.2f} GFLOP per token")
 
 
 def trained_tokens(recipe: Recipe) -> int:

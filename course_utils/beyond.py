@@ -417,9 +417,10 @@ def limit_table(table: list) -> Table:
                             r.allocated_gib, r.floor_gib, r.over_floor] for r in table])
 
 
-def toward_the_limit(measurements: list, peak_flops: float | None = None) -> str:
+def toward_the_limit(measurements: list, peak_flops: float | None = None, table: bool = True) -> str:
     """The FLOPs-per-token arithmetic and the memory floor of the first run's recipe, the peak they are read at, and
-    every run against both (at most 100 characters a line)."""
+    (with `table`) every run against both (at most 100 characters a line). A notebook shows the runs as a Table
+    instead (table=False, then display(limit_table(limit_rows(...))): HTML in Jupyter)."""
     from .limits import datasheet_peak, flops_per_token, memory_floor
     from .tables import wrap
 
@@ -445,5 +446,6 @@ def toward_the_limit(measurements: list, peak_flops: float | None = None) -> str
     out += with_table.lines()
     if without.total != with_table.total:
         out.append(f"  {'without the input embeddings':<38}{without.total / GiB:6.2f} GiB")
-    out += ["", str(limit_table(limit_rows(ok, peak_flops)))]
+    if table:
+        out += ["", str(limit_table(limit_rows(ok, peak_flops)))]
     return "\n".join(out)

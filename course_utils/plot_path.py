@@ -51,14 +51,19 @@ def path_steps(ms: Sequence[Measurement]) -> list[bool]:
     return out
 
 
-def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0) -> None:
+def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0, points=(),
+                  marker_px: float = 9.0) -> None:
     """Curve each path arrow that runs along an earlier one (a step back the way the path came, as
-    3 -> 4 -> 5 when 5 undoes 4's speed): drawn straight, the two read as one double-headed arrow. The
+    3 -> 4 -> 5 when 5 undoes 4's speed): drawn straight, the two read as one double-headed arrow. Also
+    each arrow that runs over the marker of another point in `points` (data coordinates; its own ends
+    excepted): drawn straight, 2 -> 3 over a full fine-tune's diamond reads as a path through it. The
     bend goes towards the middle of the axes and is at least ~10 pixels deep."""
     pts = [ax.transData.transform([a, b]) for a, b, _, _ in segments]
+    marks = [ax.transData.transform(xy) for xy in points]
     centre = ax.transAxes.transform((0.5, 0.5))
     for i, (p, q) in enumerate(pts):
-        if not any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i]):
+        if not (any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i])
+                or any(_passes_over(p, q, m, marker_px) for m in marks)):
             continue
         d = q - p
         length = float((d ** 2).sum() ** 0.5) or 1.0
@@ -69,6 +74,18 @@ def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0) 
             rad = -rad
         segments[i][2] = rad
         segments[i][3].arrow_patch.set_connectionstyle(f"arc3,rad={rad:.3f}")
+
+
+def _passes_over(p, q, m, marker_px: float) -> bool:
+    """True when display segment p-q passes within `marker_px` of point m, away from both of its ends."""
+    d = q - p
+    length = float((d ** 2).sum() ** 0.5)
+    if length < 1:
+        return False
+    u = d / length
+    along = float(((m - p) * u).sum())
+    off = abs(float((m - p)[0] * u[1] - (m - p)[1] * u[0]))
+    return 2 * marker_px < along < length - 2 * marker_px and off <= marker_px
 
 
 def _runs_along(p, q, r, t, near_px: float, overlap_px: float) -> bool:

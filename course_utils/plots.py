@@ -273,7 +273,7 @@ def memory_vs_speed(
     _axes(ax, xy, cards)
     if own:
         fit_width(ax.figure, [ax])
-    bend_retraced(ax, segments)
+    bend_retraced(ax, segments, points=xy)
     legend = _legend_above(ax, renderer) if xy else None
     above = legend.get_window_extent(renderer).y1 - ax.get_window_extent(renderer).y1 if legend else 0
     ax.set_title(title, fontsize=FONT_PT + 3, pad=max(0, above) * 72 / ax.figure.dpi + 5)

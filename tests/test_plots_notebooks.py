@@ -155,3 +155,24 @@ def test_this_runs_points_are_drawn_over_the_reference_runs(case, figures):
     mine, ref = [c for c in ax.collections if c.get_gid() == "points" and c.get_label().startswith("this run")], \
         [c for c in ax.collections if c.get_gid() == "points" and c.get_label().startswith("reference")]
     assert min(c.get_zorder() for c in mine) > max(c.get_zorder() for c in ref)
+
+
+def test_an_arrow_that_would_cross_another_point_is_bent_around_it():
+    """Notebook 03 as re-executed on 2026-12-02: the full fine-tune's diamond lay on the straight line from
+    step 2 to step 3, which then read as a path through it; the arrow is drawn as an arc instead."""
+    import matplotlib.pyplot as plt
+
+    from course_utils.plot_path import _passes_over
+
+    base = Recipe(model="tiny", label="baseline")
+    a = plot_cases.make(base, 300, 3000)
+    full = plot_cases.make(base.with_(lora_r=None, label="full"), 300, 2500)  # halfway, on the line
+    b = plot_cases.make(base.with_(gradient_checkpointing=True, label="+ ckpt"), 300, 2000)
+    ax = plots.memory_vs_speed([a, full, b], [])
+    arrows = [t for t in ax.texts if t.get_gid() == "path-arrow"]
+    assert len(arrows) == 1
+    style = arrows[0].arrow_patch.get_connectionstyle()
+    assert abs(style.rad) >= 0.2, "the arrow from 1 to 3 runs straight over point 2"
+    p, q, m = (ax.transData.transform(_xy(x)) for x in (a, b, full))
+    assert _passes_over(p, q, m, 9.0)  # the case this test is about: straight, it would cross the diamond
+    plt.close(ax.figure)

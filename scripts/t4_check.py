@@ -13,6 +13,10 @@ the peak the whole (virtual) card held, polled through NVML every 0.25 s.
 Each notebook and its measuring processes get --cores CPU cores of their own (default 2, as a Colab
 free-tier runtime has), so start-ups and model builds take about as long as there.
 
+On a lent GPU machine without internet the course's stack and ipywidgets come as wheels: scripts/device_wheels.py
+writes them to .whl/ here and says how to install them there (PYTHONPATH=/tmp/site:$PWD); the check asks a
+notebook-like process whether it can import them before it starts.
+
 --parallel N runs N notebooks at once, each as its own virtual T4 (COURSE_CARD_GROUP: a run counts only
 its own processes' memory, read from NVML). It falls back to one at a time where NVML cannot see this
 machine's processes. Speed is the real GPU's, shared between the runs: memory is a T4's, speed is not.

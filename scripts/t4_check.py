@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -165,7 +166,8 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
     stored = read_store(home / "results.jsonl")
     return dict(
         notebook=nb.stem, variant=variant, ran_through=code == 0,
-        first_failure=failed[0] if failed else ("" if code == 0 else f"exit {code}: " + text[-400:]),
+        first_failure=failed[0] if failed else ("" if code == 0 else stopped_in(text, timeout_s) if code == "timeout"
+                                                else f"exit {code}: " + text[-400:]),
         wall_s=round(wall, 1), models=sorted({m["recipe"]["model"] for m in stored}),
         precisions=sorted({m["precision"] for m in stored if m.get("precision")}),
         measured=len(stored), fits=sum(m["status"] == "ok" for m in stored),
@@ -174,6 +176,22 @@ def check_one(nb: Path, variant: str, base_home: Path, logs: Path, parallel: boo
         card_peak_gib=round(poll.peak / 2**30, 2), parallel=parallel, cores_per_run=len(cores) if cores else None,
         runs=[strip_env(m) for m in stored],
     )
+
+
+def stopped_in(log: str, timeout_s: float) -> str:
+    """Where a notebook stopped by the limit was: the cell it had started last (run_notebook_code's '--- cell N')
+    and how many it had finished, then the end of its output."""
+    started = re.findall(r"^--- cell (\d+)$", log, re.M)
+    done = re.findall(r"^--- cell (\d+): [\d.]+ s$", log, re.M)
+    where = f"in cell {started[-1]} ({len(done)} cells done)" if started else "before its first cell"
+    return f"stopped at the {timeout_s:.0f} s limit {where}: " + log[-300:]
+
+
+def not_run(nb: Path, variant: str, why: str) -> dict:
+    """The record of a notebook the check did not start (check_one's fields, nothing measured)."""
+    return dict(notebook=nb.stem, variant=variant, ran_through=False, first_failure=why, wall_s=0.0, models=[],
+                precisions=[], measured=0, fits=0, does_not_fit=[], max_process_reserved_gib=0.0, card_peak_gib=0.0,
+                parallel=None, cores_per_run=None, runs=[])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", default=None, help="scratch COURSE_HOME (default: a fresh folder)")
     parser.add_argument("--logs", default=None, help="folder for each run's output (default: beside --out)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per notebook before it is stopped")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds for the whole check: each notebook is stopped by then and its record written "
+                             "(what it measured, the cell it was in), so a device call that waits this long gets "
+                             "every record; a notebook not started with a minute left is recorded as not run")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores per notebook (Colab's free tier has 2); 0: all")
     args = parser.parse_args(argv)
 
@@ -233,10 +255,14 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(at_once):
         slots.put(mine[i * args.cores:(i + 1) * args.cores] if args.cores else None)
 
+    ends = time.monotonic() + args.deadline if args.deadline else None
+
     def one(job):
         cores = slots.get()
         try:
-            record = {**check_one(*job, base_home, logs, parallel, args.timeout, cores), **provenance}
+            left = args.timeout if ends is None else min(args.timeout, ends - time.monotonic())
+            record = {**(check_one(*job, base_home, logs, parallel, left, cores) if left >= 60 else
+                         not_run(*job, f"not started: {max(left, 0):.0f} s of the --deadline left")), **provenance}
         finally:
             slots.put(cores)
         with lock, out.open("a") as fh:

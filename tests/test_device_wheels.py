@@ -39,3 +39,25 @@ def test_bitsandbytes_keeps_only_the_cpu_and_cuda_13_libraries(tmp_path):
         kept = sorted(Path(n).name for n in z.namelist() if n.endswith(".so"))
     assert kept == ["libbitsandbytes_cpu.so", "libbitsandbytes_cuda130.so"]
     assert wheels["strip_bitsandbytes"](tmp_path) == 0  # nothing left to strip
+
+
+def test_a_notebook_stopped_by_the_limit_is_recorded_with_the_cell_it_was_in(tmp_path):
+    """t4_check.check_one on a notebook that outlasts its limit: the record says where it stopped, and a notebook
+    the --deadline left no time for gets a record of the same shape (2026-12-02: a call's wait ended before
+    the check wrote notebook 07's records, so nothing of its 9 minutes came back)."""
+    import json
+
+    check = _script("t4_check")
+    nb = tmp_path / "99_slow.ipynb"
+    cells = [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": [], "execution_count": None},
+             {"cell_type": "code", "source": "import time\ntime.sleep(60)", "metadata": {}, "outputs": [],
+              "execution_count": None}]
+    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (tmp_path / "home" / "models").mkdir(parents=True)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    record = check["check_one"](nb, "small", tmp_path / "home", logs, True, 8.0)
+    assert not record["ran_through"] and record["wall_s"] < 30
+    assert record["first_failure"].startswith("stopped at the 8 s limit in cell 1 (1 cells done)")
+    skipped = check["not_run"](nb, "small", "not started: 20 s of the --deadline left")
+    assert set(skipped) == set(record) and not skipped["ran_through"]

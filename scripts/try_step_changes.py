@@ -10,7 +10,11 @@ Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per o
 - "1x16 Liger, dropout 0": the same with lora_dropout=0 (peft then runs no dropout kernels, forward or back);
 - "1x16 Liger, compiled layers": each decoder layer compiled with torch.compile (regional compilation:
   one graph per layer, reused by all of them), checkpointing around the compiled layer as before;
-- the same two for the fast recipe with embeddings and activations on CPU (16x1).
+- "..., compiled layers, CUDA graphs": the same compiled with mode="reduce-overhead" (each layer's kernels replayed as
+  CUDA graphs: the 1x16 step is bound by the host launching kernels, measurements/profile-20261201);
+- "..., every 2nd layer checkpointed": checkpointing that recomputes less (transformers 5's every_n_layers=2: half
+  the decoder layers keep their activations instead of recomputing them);
+- the same for the fast recipe with embeddings and activations on CPU (16x1).
 Compilation time falls in the warm-up step, which is not timed. Each RESULT line also counts what torch.compile did
 (torch._dynamo's counters: frames compiled, graphs, graph breaks, recompiles).
 
@@ -49,18 +53,28 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
         path = [r.with_(liger_kernels=False, offload_activations=False, steps=steps, label=r.label)
                 for r in beyond.path_here(model)]
     liger, low = path[3], path[-1]
-    return {
-        "1x16 Liger": (liger, False),
-        "1x16 Liger, dropout 0": (liger.with_(lora_dropout=0.0), False),
-        "1x16 Liger, compiled layers": (liger, True),
-        "1x16 Liger, dropout 0, compiled layers": (liger.with_(lora_dropout=0.0), True),
-        "16x1 offload": (low, False),
-        "16x1 offload, dropout 0, compiled layers": (low.with_(lora_dropout=0.0), True),
+    quiet = liger.with_(lora_dropout=0.0)
+    return {  # name: (recipe, what is done to the built model: None, or a CHANGES key)
+        "1x16 Liger": (liger, None),
+        "1x16 Liger, dropout 0": (quiet, None),
+        "1x16 Liger, compiled layers": (liger, "compiled"),
+        "1x16 Liger, dropout 0, compiled layers": (quiet, "compiled"),
+        "1x16 Liger, dropout 0, compiled layers, CUDA graphs": (quiet, "cuda graphs"),
+        "1x16 Liger, dropout 0, every 2nd layer checkpointed": (quiet, "every 2nd"),
+        "16x1 offload": (low, None),
+        "16x1 offload, dropout 0, compiled layers": (low.with_(lora_dropout=0.0), "compiled"),
+        "16x1 offload, dropout 0, every 2nd layer checkpointed": (low.with_(lora_dropout=0.0), "every 2nd"),
     }
 
 
-def compile_layers(built) -> None:
-    """torch.compile every decoder layer (one compiled graph, reused: the layers share their code)."""
+def decoder_layers(built) -> list:
+    return [m for m in built.trainer.model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def compile_layers(built, mode: str | None = None) -> None:
+    """torch.compile every decoder layer (one compiled graph, reused: the layers share their code). mode
+    "reduce-overhead" also replays each layer's kernels as a CUDA graph (one launch instead of hundreds: the 1 x 16
+    step is bound by the host launching kernels, measurements/profile-20261201)."""
     import torch
 
     # One graph serves every layer (their parameters are the graph's inputs; on the CPU check, no recompiles). Should a
@@ -68,11 +82,23 @@ def compile_layers(built) -> None:
     # allow one per layer. recompile_limit is the name since torch 2.6; cache_size_limit the older alias.
     name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    model = built.trainer.model
-    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    layers = decoder_layers(built)
     for layer in layers:
-        layer.compile()
-    print(f"compiled {len(layers)} decoder layers", flush=True)
+        layer.compile(**({"mode": mode} if mode else {}))
+    print(f"compiled {len(layers)} decoder layers{f' ({mode})' if mode else ''}", flush=True)
+
+
+def checkpoint_every(built, n: int = 2) -> None:
+    """Checkpointing that recomputes less: only every n-th decoder layer is checkpointed, the others keep their
+    activations (transformers 5's activation_checkpointing_kwargs every_n_layers, which Trainer.train passes to
+    activation_checkpointing_enable; setting the layers' flags here would be undone there)."""
+    args = built.trainer.args
+    args.activation_checkpointing_kwargs = {**(args.activation_checkpointing_kwargs or {}), "every_n_layers": n}
+    print(f"checkpointing every {n} decoder layers", flush=True)
+
+
+CHANGES = {"compiled": compile_layers, "cuda graphs": lambda built: compile_layers(built, "reduce-overhead"),
+           "every 2nd": checkpoint_every}
 
 
 def compile_counts() -> dict:
@@ -88,12 +114,15 @@ def compile_counts() -> dict:
 def child(name: str, steps: int, model: str = "llama-3.1-8b") -> None:
     from course_utils.measure import run_here
 
-    recipe, compiled = variants(steps, model)[name]
+    recipe, change = variants(steps, model)[name]
+    compiled = change in ("compiled", "cuda graphs")
     t0 = time.perf_counter()
-    m = run_here(recipe, on_built=compile_layers if compiled else None)
+    m = run_here(recipe, on_built=CHANGES[change] if change else None)
     print("RESULT " + json.dumps(dict(variant=name, status=m.status, error=m.error[:300],
                                       allocated_gib=round((m.cuda_max_allocated or 0) / 2**30, 2),
                                       reserved_gib=round((m.cuda_max_reserved or 0) / 2**30, 2),
+                                      tracked_peak_mib=round((m.peak_bytes or 0) / 2**20, 1),
+                                      activations_mib=round(m.peak_by_category.get("activations", 0) / 2**20, 1),
                                       tokens_per_s=m.tokens_per_s, losses=[round(x, 4) for x in m.losses],
                                       timing=m.timing, wall_s=round(time.perf_counter() - t0, 1),
                                       compile=compile_counts() if compiled else None,

@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import os
 import runpy
+import sys
 import zipfile
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script(name: str) -> dict:
-    return runpy.run_path(str(ROOT / "scripts" / f"{name}.py"), run_name=name)
+    """The script's namespace, its top level run with this process's environment and sys.path restored after it
+    (t4_check sets COURSE_PROFILE=t4, which would put every later test in this session under the T4 profile)."""
+    with mock.patch.dict(os.environ), mock.patch.object(sys, "path", list(sys.path)):
+        return runpy.run_path(str(ROOT / "scripts" / f"{name}.py"), run_name=name)
+
+
+def test_loading_a_script_leaves_this_process_as_it_was():
+    env, path = dict(os.environ), list(sys.path)
+    for name in ("t4_check", "device_wheels"):
+        _script(name)
+    assert dict(os.environ) == env and sys.path == path
 
 
 def test_the_wheels_cover_what_the_t4_checks_preflight_asks_for():

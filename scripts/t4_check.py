@@ -89,11 +89,16 @@ def preflight() -> str:
     Asked in a child like a notebook's (`-P`: as scripts/run_notebook_code.py, the checkout itself is not on
     sys.path unless PYTHONPATH puts it there), before any run starts: on
     2026-12-02 a check without course_utils on PYTHONPATH, then one without ipywidgets, each failed every
-    notebook minutes in (course_utils: at once; ipywidgets: at the last cell)."""
-    code = ("import importlib.util, sys; "
-            f"print(' '.join(n for n in {NEEDED!r} if importlib.util.find_spec(n) is None))")
+    notebook minutes in (course_utils: at once; ipywidgets: at the last cell). Each package is imported, not
+    only found: wheels installed with --no-deps can be there and still lack a dependency."""
+    code = ("import importlib\nmissing = []\n"
+            f"for n in {NEEDED!r}:\n"
+            "    try:\n        importlib.import_module(n)\n"
+            "    except Exception as exc:\n        missing.append(f'{n} ({type(exc).__name__}: {exc})')\n"
+            "print('MISSING: ' + ', '.join(missing))")
     done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    missing = done.stdout.strip()
+    said = [line for line in done.stdout.splitlines() if line.startswith("MISSING: ")]
+    missing = said[-1][len("MISSING: "):].strip() if said else ""
     if done.returncode or missing:
         return (f"t4_check: a notebook's process cannot import {missing or done.stderr.strip()[-300:]}: install "
                 "the course's dependencies there (with --target, put that folder and this checkout on PYTHONPATH: "

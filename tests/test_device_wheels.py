@@ -74,3 +74,19 @@ def test_a_notebook_stopped_by_the_limit_is_recorded_with_the_cell_it_was_in(tmp
     assert record["first_failure"].startswith("stopped at the 8 s limit in cell 1 (1 cells done)")
     skipped = check["not_run"](nb, "small", "not started: 20 s of the --deadline left")
     assert set(skipped) == set(record) and not skipped["ran_through"]
+
+
+def test_preflight_imports_each_package_rather_than_only_finding_it(tmp_path, monkeypatch):
+    """A package that is installed but cannot be imported (wheels installed with --no-deps, a dependency left
+    out) is reported before the check starts, not at a notebook's cell minutes in."""
+    check = _script("t4_check")
+    (tmp_path / "broken_pkg").mkdir()
+    (tmp_path / "broken_pkg" / "__init__.py").write_text("import no_such_dependency_here\n")
+    (tmp_path / "fine_pkg").mkdir()
+    (tmp_path / "fine_pkg" / "__init__.py").write_text("print('importing fine_pkg')\n")  # output is not a miss
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setitem(check["preflight"].__globals__, "NEEDED", ("fine_pkg",))
+    assert check["preflight"]() == ""
+    monkeypatch.setitem(check["preflight"].__globals__, "NEEDED", ("fine_pkg", "broken_pkg"))
+    line = check["preflight"]()
+    assert "cannot import broken_pkg (ModuleNotFoundError" in line and "fine_pkg" not in line

@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                              "every record; a notebook not started with a minute left is recorded as not run")
     parser.add_argument("--cores", type=int, default=2, help="CPU cores per notebook (Colab's free tier has 2); 0: all")
     args = parser.parse_args(argv)
+    ends = time.monotonic() + args.deadline if args.deadline else None  # from the start: the preflight counts too
 
     import torch
 
@@ -259,8 +260,6 @@ def main(argv: list[str] | None = None) -> int:
     slots: queue.Queue = queue.Queue()
     for i in range(at_once):
         slots.put(mine[i * args.cores:(i + 1) * args.cores] if args.cores else None)
-
-    ends = time.monotonic() + args.deadline if args.deadline else None
 
     def one(job):
         cores = slots.get()

@@ -90,3 +90,31 @@ def test_preflight_imports_each_package_rather_than_only_finding_it(tmp_path, mo
     monkeypatch.setitem(check["preflight"].__globals__, "NEEDED", ("fine_pkg", "broken_pkg"))
     line = check["preflight"]()
     assert "cannot import broken_pkg (ModuleNotFoundError" in line and "fine_pkg" not in line
+
+
+def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
+    """--deadline is the whole check's: the time the check spends before its first notebook (the preflight's
+    imports, NVML's probe) comes out of the first notebook's limit, so the last record is written by then."""
+    import time
+
+    import torch
+
+    import course_utils.hardware
+    import course_utils.measure
+    import course_utils.provenance
+
+    check = _script("t4_check")
+    main = check["main"]
+    limits = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a stand-in GPU")
+    monkeypatch.setattr(course_utils.hardware, "active_profile", lambda: type("P", (), {"label": "T4 profile"})())
+    monkeypatch.setattr(course_utils.measure, "_env_dict", lambda env: {})
+    monkeypatch.setattr(course_utils.provenance, "environment", lambda: None)
+    monkeypatch.setitem(main.__globals__, "preflight", lambda: time.sleep(1.5) or "")
+    record = dict(ran_through=True, wall_s=0.0, precisions=[], card_peak_gib=0.0, first_failure="")
+    monkeypatch.setitem(main.__globals__, "check_one", lambda nb, variant, *a: limits.append(a[3]) or
+                        dict(record, notebook=nb.stem, variant=variant))
+    assert main(["--out", str(tmp_path / "out.jsonl"), "--notebooks", "01", "--cores", "0", "--deadline", "100",
+                 "--home", str(tmp_path / "home")]) == 0
+    assert len(limits) == 1 and limits[0] <= 100 - 1.5

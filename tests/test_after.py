@@ -234,13 +234,16 @@ def test_memory_stats_on_a_gpu_read_reserved_and_the_card(monkeypatch):
     assert "allocated 4.00 GiB (25.0% of its card), reserved 8.00 GiB (50.0%)" in text
 
 
-def test_an_eval_forward_on_a_cpu_leaves_the_4bit_weights_as_loaded():
+def test_an_eval_forward_on_a_cpu_leaves_the_4bit_weights_as_loaded(monkeypatch):
     """bitsandbytes repacks 4-bit weights at an eval forward on AVX512-BF16 CPUs (other bytes, other kernels);
-    build.load_model turns that off, so every CPU counts the same bytes (the merge test above relies on it)."""
+    build.load_model turns that off, so every CPU counts the same bytes (the merge test above relies on it).
+    bitsandbytes is told this CPU has AVX512-BF16, so that on an AVX2-only CPU too the test fails without it."""
+    import bitsandbytes.nn.modules
     import torch
 
     from course_utils.memtrack import model_state_tensors, tensor_bytes
 
+    monkeypatch.setattr(bitsandbytes.nn.modules, "has_avx512bf16", lambda: True)  # what Linear4bit reads
     model, tokenizer = after.load_base("tiny", load_in_4bit=True)
     flags = [m.support_avx512bf16_for_cpu for m in model.modules() if hasattr(m, "support_avx512bf16_for_cpu")]
     assert flags and not any(flags)

@@ -191,8 +191,8 @@ def load_model(recipe: Recipe, precision: str):
 def one_4bit_format_on_every_cpu(model) -> None:
     """Keep bitsandbytes' 4-bit weights in the format they were loaded in on any CPU. On a CPU with AVX512-BF16,
     bitsandbytes 0.50 repacks each Linear4bit weight for its own kernel at the first no-grad eval forward
-    (bf16 absmax, no nested double quantization): the same model then weighs other bytes (a merged tiny model
-    24,000 more) and computes with other kernels than on an AVX2 CPU. Training never repacks (train mode);
+    (bf16 absmax, no nested double quantization): the same model then weighs other bytes (the tiny model
+    19,712 more) and computes with other kernels than on an AVX2 CPU. Training never repacks (train mode);
     generation and the merge's before/after logits did. GPUs are untouched."""
     for module in model.modules():
         if hasattr(module, "support_avx512bf16_for_cpu"):  # bitsandbytes.nn.Linear4bit

@@ -141,8 +141,9 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
     A storage is known by its device and address (meta storages, which have none, by the Python object, kept
     alive here): keying on id() of the wrapper `untyped_storage()` returns let a freed wrapper's id be reused
-    or a shared storage get a second wrapper, so the same tensors summed differently from run to run (a merged
-    4-bit model measured 19,712 bytes over its estimate on one machine and equal on another)."""
+    or a shared storage get a second wrapper, so the same tensors could sum differently from run to run. (The
+    19,712 bytes a merged tiny 4-bit model once measured over its estimate were bitsandbytes' CPU repack, not
+    this: build.one_4bit_format_on_every_cpu.)"""
     seen: dict = {}
     total = 0
     for t in tensors:

@@ -79,8 +79,8 @@ class Flops:
         out = [f"FLOPs per token of {self.model}, sequence {self.seq} (2 FLOPs per multiply-add):",
                f"  weights    decoder linears {w:,} + LM head {h:,}" + (f" + LoRA {lo:,}" if lo else "")
                + f" = {self.weights:,}",
-               f"  attention  {self.layers} layers x 2 products x 2 x {self.q_dim:,} x {self.seq // 2} (causal: half of "
-               f"{self.seq}) = {a:,.0f}",
+               f"  attention  {self.layers} layers x 2 products x 2 x {self.q_dim:,} x {self.seq / 2:g} "
+               f"(causal: half of {self.seq}) = {a:,.0f}",
                f"  forward    2 x {self.weights:,} + {a:,.0f} = {self.forward / 1e9:.2f} GFLOP",
                f"  backward   input gradients 2 x {self.weights:,} + 2 x {a:,.0f}",
                f"             + weight gradients of what trains 2 x {t:,} = {self.backward / 1e9:.2f} GFLOP"]

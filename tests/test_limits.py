@@ -56,6 +56,14 @@ def test_flops_per_token_of_the_source_recipe_is_the_hand_computation():
     assert max(len(line) for line in text.splitlines()) <= 100
 
 
+def test_the_arithmetic_shows_the_half_sequence_it_counts():
+    """A causal token sees seq/2 earlier tokens on average: an odd sequence's 64.5, not 64 (the total counts 64.5)."""
+    f = limits.flops_per_token(source_chapter_recipe("llama-3.1-8b").with_(max_seq_length=129))
+    assert f.attention == LAYERS * 2 * 2 * Q * 64.5
+    assert f"x {Q:,} x 64.5 (causal: half of 129)" in f.explain()
+    assert "x 256 (causal: half of 512)" in limits.flops_per_token(source_chapter_recipe("llama-3.1-8b")).explain()
+
+
 @pytest.mark.parametrize("change, hand", [
     (dict(gradient_checkpointing=False), dict(ckpt=False)),
     (dict(max_seq_length=128), dict(seq=128)),

@@ -405,7 +405,11 @@ def toward(label: str, run: str = "", model: str = "llama-3.1-8b"):
     found = by_label(runs)
     if label not in found:
         raise KeyError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
-    return limit_rows([found[label]])[0]
+    rows = limit_rows([found[label]])
+    if not rows:
+        raise ValueError(f"the {run or 'side-by-side'} run {label!r} has no allocated peak and speed to set against "
+                         "the limit (it did not fit, or was not timed)")
+    return rows[0]
 
 
 def limit_table(table: list) -> Table:

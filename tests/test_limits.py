@@ -133,6 +133,14 @@ def test_toward_the_limit_shows_the_arithmetic_and_every_run():
         beyond.toward("nothing")
 
 
+def test_toward_a_run_that_did_not_fit_says_so(monkeypatch):
+    runs = beyond.reference()
+    gone = dataclasses.replace(beyond.by_label(runs)["fast recipe (16x1)"], status="does_not_fit")
+    monkeypatch.setattr(beyond, "reference", lambda *a, **k: [gone])
+    with pytest.raises(ValueError, match="'fast recipe \\(16x1\\)' has no allocated peak and speed"):
+        beyond.toward("fast recipe (16x1)")
+
+
 def test_readme_limit_figures_render_from_their_sources(monkeypatch):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     bullet = text[text.index("- **Toward the limit**"):]

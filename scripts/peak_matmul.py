@@ -49,7 +49,8 @@ def measure(size: int, dtype: str, repeats: int, warmup: int) -> dict:
                 tflops=round(2 * size**3 / median / 1e12, 1))
 
 
-def environment() -> dict:
+def environment(argv: list[str] | None = None) -> dict:
+    """The GPU, driver, CUDA and torch, the date (UTC) and the command (its arguments: `argv`, else sys.argv's)."""
     import torch
 
     from course_utils.hardware import driver_version
@@ -57,7 +58,7 @@ def environment() -> dict:
     return dict(device=torch.cuda.get_device_name(), driver=driver_version(), cuda=torch.version.cuda,
                 torch=torch.__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                command=" ".join(["peak_matmul.py", *sys.argv[1:]]))
+                command=" ".join(["scripts/peak_matmul.py", *(sys.argv[1:] if argv is None else argv)]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("peak_matmul.py times a CUDA matmul: it needs a GPU", file=sys.stderr)
         return 1
-    line = dict(environment(), **measure(args.size, args.dtype, args.repeats, args.warmup))
+    line = dict(environment(argv), **measure(args.size, args.dtype, args.repeats, args.warmup))
     with open(args.out, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(f"{line['device']}: {args.size}^3 {args.dtype} matmul, median of {args.repeats}: "

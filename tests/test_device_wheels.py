@@ -63,15 +63,15 @@ def test_a_notebook_stopped_by_the_limit_is_recorded_with_the_cell_it_was_in(tmp
     check = _script("t4_check")
     nb = tmp_path / "99_slow.ipynb"
     cells = [{"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": [], "execution_count": None},
-             {"cell_type": "code", "source": "import time\ntime.sleep(60)", "metadata": {}, "outputs": [],
+             {"cell_type": "code", "source": "import time\ntime.sleep(300)", "metadata": {}, "outputs": [],
               "execution_count": None}]
     nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     (tmp_path / "home" / "models").mkdir(parents=True)
     logs = tmp_path / "logs"
     logs.mkdir()
-    record = check["check_one"](nb, "small", tmp_path / "home", logs, True, 8.0)
-    assert not record["ran_through"] and record["wall_s"] < 30
-    assert record["first_failure"].startswith("stopped at the 8 s limit in cell 1 (1 cells done)")
+    record = check["check_one"](nb, "small", tmp_path / "home", logs, True, 20.0)  # room for a busy start-up
+    assert not record["ran_through"] and record["wall_s"] < 120
+    assert record["first_failure"].startswith("stopped at the 20 s limit in cell 1 (1 cells done)")
     skipped = check["not_run"](nb, "small", "not started: 20 s of the --deadline left")
     assert set(skipped) == set(record) and not skipped["ran_through"]
 

@@ -81,7 +81,11 @@ def test_the_t4_check_counts_the_same_flops():
     base = source_chapter_recipe("llama-3.1-8b")
     for recipe in (base, base.with_(gradient_checkpointing=False), base.with_(lora_r=None, load_in_4bit=False),
                    Recipe(model="tiny", max_seq_length=128)):
-        assert t4check.flops_per_token(recipe).per_token == limits.flops_per_token(recipe).total, recipe.describe()
+        f, t4 = limits.flops_per_token(recipe), t4check.flops_per_token(recipe)
+        assert t4.per_token == f.total, recipe.describe()
+        terms = [float(x) for x in re.findall(r"\d+\.\d+", t4.arithmetic)]  # the one-line sum the T4 budget prints
+        assert terms == [round(x / 1e9, 2) for x in (f.forward, f.backward, *([f.recompute] if f.recompute else []),
+                                                     f.total)], t4.arithmetic
 
 
 def test_memory_floor_is_the_hand_computation():
@@ -158,3 +162,16 @@ def test_readme_limit_figures_render_from_their_sources(monkeypatch):
     monkeypatch.setitem(H200_PEAK_FLOPS, "bf16", 790e12)
     stale = [u for u in facts.unsourced(bullet) if "stale" in u.context]
     assert any("fraction" in u.context for u in stale) and any("limit_tokens_per_s" in u.context for u in stale)
+
+
+def test_the_readme_says_whether_a_shipped_run_reaches_the_stretch_goal():
+    """The README states in words whether any shipped 16 x 1 run reaches issue 16's stretch goal (a fraction of the
+    compute limit within a memory cap): this fails when a new run changes the answer, so the words are updated."""
+    from course_utils import beyond
+
+    runs = beyond.limit_rows(beyond.reference() + beyond.reference(run="peer-run"))
+    reached = any(r.fraction >= beyond.STRETCH_LIMIT_FRACTION and r.allocated_gib <= beyond.STRETCH_MAX_GIB
+                  for r in runs if "16x1" in r.label)
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    claim = re.search(r"The issue's stretch goal, .{0,200}? GiB, (is not reached|is reached)", text)
+    assert claim and claim.group(1) == ("is reached" if reached else "is not reached")

@@ -40,14 +40,14 @@ DEFECTS = {
         "its 4-bit rungs were 'does not fit': the notebook's kernel kept part of the card after training "
         "(their errors say how much; fixed since: that training runs in a process of its own, and the kernel "
         "gives back the block cuBLAS workspaces held after the script's training; re-checked on 2 cores on "
-        "2026-12-02: the kept adapter trained and merged in processes of their own and all 8 ladder rungs were "
-        "measured, then the check's 535 s limit stopped it in the source recipe's run, measurements/t4-20261202-0215)",
+        "2026-12-02: the kept adapter trained and merged in processes of their own and every ladder rung was "
+        "measured, then the call ended while the source recipe was being built, measurements/t4-20261202-0215)",
     ("06_sequence_length_and_batch", "llama-8b", "2026-12-01T19:32:50+00:00"):
         "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
         "say how much): the kernel had built the random-weight 8B folder on the GPU and kept 4.51 GiB (fixed since; "
-        "re-checked on 2 cores on 2026-12-02: every cell before the quiz ran, sequences 64 and 128 fit without "
-        "checkpointing, every length to 512 and micro-batches 1, 2, 8 with it, each process allowed its 13.31 GiB; "
-        "the quiz cell failed only for lack of ipywidgets on the GPU machine, measurements/t4-20261202-0215)",
+        "re-checked on 2 cores on 2026-12-02: every cell before the quiz ran, each measuring process allowed the "
+        "card less only CUDA contexts and the profile's headroom, every sweep as on 2026-12-01 23:03; the quiz cell failed only "
+        "for lack of ipywidgets on the GPU machine, measurements/t4-20261202-0215)",
 }
 
 

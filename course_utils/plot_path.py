@@ -57,20 +57,25 @@ def bend_retraced(ax, segments, near_px: float = 7.0, overlap_px: float = 10.0, 
     3 -> 4 -> 5 when 5 undoes 4's speed): drawn straight, the two read as one double-headed arrow. Also
     each arrow that runs over the marker of another point in `points` (data coordinates; its own ends
     excepted): drawn straight, 2 -> 3 over a full fine-tune's diamond reads as a path through it. The
-    bend goes towards the middle of the axes and is at least ~10 pixels deep."""
+    bend goes away from the marker it avoids, else towards the middle of the axes, at least ~10 pixels deep."""
     pts = [ax.transData.transform([a, b]) for a, b, _, _ in segments]
     marks = [ax.transData.transform(xy) for xy in points]
     centre = ax.transAxes.transform((0.5, 0.5))
     for i, (p, q) in enumerate(pts):
-        if not (any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i])
-                or any(_passes_over(p, q, m, marker_px) for m in marks)):
+        over = [m for m in marks if _passes_over(p, q, m, marker_px)]
+        if not (over or any(_runs_along(p, q, r, t, near_px, overlap_px) for r, t in pts[:i])):
             continue
         d = q - p
         length = float((d ** 2).sum() ** 0.5) or 1.0
         rad = min(0.5, max(0.2, 24.0 / length))
         mid = (p + q) / 2
         control = mid + rad * d[::-1] * (1, -1)  # matplotlib's arc3: (x + rad dy, y - rad dx)
-        if ((control - centre) ** 2).sum() > ((2 * mid - control - centre) ** 2).sum():
+        mirror = 2 * mid - control
+        if over:  # the side away from the marker nearest the middle of the arrow
+            m = min(over, key=lambda x: float(((x - mid) ** 2).sum()))
+            if ((control - m) ** 2).sum() < ((mirror - m) ** 2).sum():
+                rad = -rad
+        elif ((control - centre) ** 2).sum() > ((mirror - centre) ** 2).sum():
             rad = -rad
         segments[i][2] = rad
         segments[i][3].arrow_patch.set_connectionstyle(f"arc3,rad={rad:.3f}")

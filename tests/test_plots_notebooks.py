@@ -176,3 +176,23 @@ def test_an_arrow_that_would_cross_another_point_is_bent_around_it():
     p, q, m = (ax.transData.transform(_xy(x)) for x in (a, b, full))
     assert _passes_over(p, q, m, 9.0)  # the case this test is about: straight, it would cross the diamond
     plt.close(ax.figure)
+
+
+def test_the_arc_bends_away_from_the_point_it_avoids():
+    """The marker sits just below the straight arrow and the axes' middle lies below it too (a reference run far
+    down): towards the middle would bend the arc onto the marker; it bends away, upwards."""
+    import matplotlib.pyplot as plt
+
+    base = Recipe(model="tiny", label="baseline")
+    a = plot_cases.make(base, 300, 3000)
+    full = plot_cases.make(base.with_(lora_r=None, label="full"), 298, 2500)  # just below the line
+    b = plot_cases.make(base.with_(gradient_checkpointing=True, label="+ ckpt"), 300, 2000)
+    low = plot_cases.make(base.with_(label="far below"), 20, 2500)
+    ax = plots.memory_vs_speed([a, full, b], [low])
+    arrow = next(t for t in ax.texts if t.get_gid() == "path-arrow")
+    rad = arrow.arrow_patch.get_connectionstyle().rad
+    p, q, m = (ax.transData.transform(_xy(x)) for x in (a, b, full))
+    mid = (p + q) / 2
+    control = mid + rad * (q - p)[::-1] * (1, -1)  # matplotlib's arc3 control point
+    assert abs(rad) >= 0.2 and control[1] > mid[1] > m[1]  # display y grows upwards: the arc above, the marker below
+    plt.close(ax.figure)

@@ -69,7 +69,7 @@ class Flops:
     def total(self) -> float:
         return self.forward + self.backward + self.recompute
 
-    per_token = total  # the name course_utils.t4check's Flops uses
+    per_token = total  # the name the T4 time budget reads (course_utils.t4check)
 
     def lines(self) -> list[str]:
         """The arithmetic, one step a line (at most 100 characters each)."""

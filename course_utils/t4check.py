@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .common import shipped
 from .hardware import PROFILES
+from .limits import Flops, flops_per_token  # one token's FLOPs as the course counts them; the budget reads .per_token
 from .recipe import Recipe
 from .results import Measurement
 from .tables import wrap
@@ -46,8 +47,8 @@ DEFECTS = {
         "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
         "say how much): the kernel had built the random-weight 8B folder on the GPU and kept 4.51 GiB (fixed since; "
         "re-checked on 2 cores on 2026-12-02: every cell before the quiz ran, each measuring process allowed the "
-        "card less only CUDA contexts and the profile's headroom, every sweep as on 2026-12-01 23:03; the quiz cell failed only "
-        "for lack of ipywidgets on the GPU machine, measurements/t4-20261202-0215)",
+        "card less only CUDA contexts and the profile's headroom, every sweep as on 2026-12-01 23:03; the quiz "
+        "cell failed only for lack of ipywidgets on the GPU machine, measurements/t4-20261202-0215)",
 }
 
 
@@ -104,29 +105,6 @@ def runs(rec: dict) -> list[Measurement]:
     """The record's measurements, each with the record's environment (the T4 profile on its GPU)."""
     return [Measurement.from_dict({**m, "env": rec["env"], "source": f"T4 check {rec['date'][:10]}"})
             for m in rec.get("runs", [])]
-
-
-# ---------------------------------------------------------------------------------------------
-# FLOPs
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Flops:
-    """Matrix-multiply FLOPs of one trained token (2 per multiply-add), and how they add up."""
-
-    per_token: float
-    arithmetic: str
-
-
-def flops_per_token(recipe: Recipe) -> Flops:
-    """Forward, backward and (with checkpointing) the recomputed forward, for one token of this recipe, as
-    course_utils.limits counts them (its docstring says what is counted), with the sum on one line."""
-    from .limits import flops_per_token as count
-
-    f = count(recipe)
-    parts = f"forward {f.forward / 1e9:.2f} + backward {f.backward / 1e9:.2f}"
-    if f.recompute:
-        parts += f" + recomputed forward {f.recompute / 1e9:.2f}"
-    return Flops(f.total, f"{parts} = {f.total / 1e9:.2f} GFLOP per token")
 
 
 def trained_tokens(recipe: Recipe) -> int:

@@ -9,7 +9,7 @@ import pytest
 
 from course_utils import t4check
 from course_utils.estimate import EstimateError, cublas_workspace_bytes, estimate
-from course_utils.recipe import Recipe
+from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.t4check import T4CheckError, flops_per_token, records, runs, time_budget
 
 NOTEBOOKS = sorted({r["notebook"] for r in records()})
@@ -52,7 +52,8 @@ def test_time_budget_uses_only_runs_measured_in_that_check(tmp_path):
 
 
 def test_a_run_on_a_t4_takes_at_least_its_flops_at_the_peak():
-    r = t4check.RunTime("x", "fp16", 1000, t4check.Flops(65e9, ""), flops_s=1.0, trained_s=0.25, overhead_s=3.0)
+    flops = flops_per_token(source_chapter_recipe("llama-3.1-8b"))
+    r = t4check.RunTime("x", "fp16", 1000, flops, flops_s=1.0, trained_s=0.25, overhead_s=3.0)
     assert r.t4_s == 1.0
     assert t4check.RunTime("x", "fp16", 1000, None, 0.0, 2.0, 3.0).t4_s == 2.0
 

@@ -344,7 +344,7 @@ def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
             continue
         target = (f"{batching(p)}: allocated <= {PEER_MAX_MEMORY_RATIO:.2f} x and tokens/s >= "
                   f"{PEER_MIN_SPEEDUP:.2f} x {p.label}")
-        same = [m for m in ours if m.fits and m.cuda_max_allocated and m.tokens_per_s and batching(m) == batching(p)]
+        same = [m for m in ours if _timed_on_gpu(m) and batching(m) == batching(p)]
         if not same:
             out.append((target, f"no recipe of ours at {batching(p)} in this run", False))
             continue
@@ -380,7 +380,7 @@ def peer_summary(runs: list) -> dict:
                    peak_allocated_gib=round(m.cuda_max_allocated / GiB, 2),
                    peak_reserved_gib=round((m.cuda_max_reserved or 0) / GiB, 2),
                    tokens_per_s=round(m.tokens_per_s), losses=m.losses, label=m.label)
-              for m in runs if m.fits and m.cuda_max_allocated and m.tokens_per_s],
+              for m in runs if _timed_on_gpu(m)],
     )
 
 
@@ -391,11 +391,16 @@ STRETCH_LIMIT_FRACTION = 0.75  # the issue's stretch goal: 75% of the checkpoint
 STRETCH_MAX_GIB = 7.0  # ... within 7 GiB allocated
 
 
+def _timed_on_gpu(m) -> bool:
+    """A run that can stand against the limit and the floor: it fit, and has a CUDA allocated peak and a speed."""
+    return bool(m.fits and m.cuda_max_allocated and m.tokens_per_s)
+
+
 def limit_rows(measurements: list, peak_flops: float | None = None) -> list:
     """limits.Against for each run that fits (at `peak_flops`, else its GPU's datasheet peak)."""
     from .limits import against
 
-    return [against(m, peak_flops) for m in measurements if m.fits and m.cuda_max_allocated and m.tokens_per_s]
+    return [against(m, peak_flops) for m in measurements if _timed_on_gpu(m)]
 
 
 def toward(label: str, run: str = "", model: str = "llama-3.1-8b"):
@@ -428,7 +433,7 @@ def toward_the_limit(measurements: list, peak_flops: float | None = None, table:
     from .limits import datasheet_peak, flops_per_token, memory_floor
     from .tables import wrap
 
-    ok = [m for m in measurements if m.fits and m.cuda_max_allocated and m.tokens_per_s]
+    ok = [m for m in measurements if _timed_on_gpu(m)]
     if not ok:
         return "no run that fits"
     first = ok[0]

@@ -77,27 +77,27 @@ def nb07_cpu() -> tuple[list, list]:
     return mine, h200()
 
 
+def _nb07_gpu(model: str, figures, source: tuple[float, float], device: str,
+              precision: str | None) -> tuple[list, list]:
+    """Notebook 07's ladder (then the source recipe) on a GPU: figures are (GiB, tokens/s) per rung."""
+    base = Recipe(model=model, micro_batch=4, max_seq_length=512, steps=6, learning_rate=2e-4,
+                  label="baseline (LoRA, fp32)")
+    mine = [make(r, g * 1024, s, device=device, gpu=True, precision=precision if r.precision == "auto" else None)
+            for r, (g, s) in zip(ladder(base), figures)]
+    mine.append(make(_source_here(base), source[0] * 1024, source[1], device=device, gpu=True, precision=precision))
+    return mine, h200()
+
+
 def nb07_t4() -> tuple[list, list]:
     """Notebook 07 on a free T4 (SmolLM2-360M): the T4 check's memory, speeds of the kind a T4 gives."""
-    base = Recipe(model="smollm2-360m", micro_batch=4, max_seq_length=512, steps=6, learning_rate=2e-4,
-                  label="baseline (LoRA, fp32)")
-    figures = [(7.86, 8377), (1.99, 5830), (1.60, 1602), (1.58, 1425), (1.58, 1401), (0.87, 2130), (0.61, 1029),
-               (0.56, 1890)]
-    mine = [make(r, g * 1024, s, device="Tesla T4", gpu=True, precision="fp16" if r.precision == "auto" else None)
-            for r, (g, s) in zip(ladder(base), figures)]
-    mine.append(make(_source_here(base), 0.61 * 1024, 985, device="Tesla T4", gpu=True, precision="fp16"))
-    return mine, h200()
+    return _nb07_gpu("smollm2-360m", [(7.86, 8377), (1.99, 5830), (1.60, 1602), (1.58, 1425), (1.58, 1401),
+                                      (0.87, 2130), (0.61, 1029), (0.56, 1890)], (0.61, 985), "Tesla T4", "fp16")
 
 
 def nb07_h200() -> tuple[list, list]:
     """Notebook 07 with USE_LLAMA_8B on an H200: this run's points among the shipped runs of the same GPU."""
-    base = Recipe(model="llama-3.1-8b", micro_batch=4, max_seq_length=512, steps=6, learning_rate=2e-4,
-                  label="baseline (LoRA, fp32)")
-    figures = [(36.1, 1240), (16.2, 1010), (15.5, 1215), (15.4, 1380), (15.4, 1330), (15.3, 2450), (8.3, 1150),
-               (7.9, 1350)]
-    mine = [make(r, g * 1024, s, device="NVIDIA H200", gpu=True) for r, (g, s) in zip(ladder(base), figures)]
-    mine.append(make(_source_here(base), 8.22 * 1024, 1003, device="NVIDIA H200", gpu=True))
-    return mine, h200()
+    return _nb07_gpu("llama-3.1-8b", [(36.1, 1240), (16.2, 1010), (15.5, 1215), (15.4, 1380), (15.4, 1330),
+                                      (15.3, 2450), (8.3, 1150), (7.9, 1350)], (8.22, 1003), "NVIDIA H200", None)
 
 
 def nb08_cpu() -> tuple[list, list]:

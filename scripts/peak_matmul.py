@@ -4,8 +4,8 @@
 
 Times one size x size x size matmul (torch.mm, bf16 by default) on CUDA: a few warm-up runs, then --repeats
 timed runs, each between two CUDA events; the median time gives TFLOP/s = 2 x size^3 / time. Appends one JSON
-line to --out with the GPU's name, driver, CUDA, torch version, the date (UTC), the command, every timed run
-and the median, so a measured rate can ship beside the datasheet's (course_utils.hardware.DATASHEET_PEAK_FLOPS)
+line to --out with the GPU's name and environment (driver, CUDA, library versions, as every shipped run
+records it), the date (UTC), the command, every timed run and the median, so a measured rate can ship beside the datasheet's (course_utils.hardware.DATASHEET_PEAK_FLOPS)
 with its provenance. It measures one matmul shape, not a training step: the rate a step's largest matmuls can
 at best run at on this GPU, with this torch and cuBLAS.
 """
@@ -49,15 +49,14 @@ def measure(size: int, dtype: str, repeats: int, warmup: int) -> dict:
                 tflops=round(2 * size**3 / median / 1e12, 1))
 
 
-def environment(argv: list[str] | None = None) -> dict:
-    """The GPU, driver, CUDA and torch, the date (UTC) and the command (its arguments: `argv`, else sys.argv's)."""
-    import torch
+def provenance(argv: list[str] | None = None) -> dict:
+    """The machine as every shipped run records it (course_utils.provenance.environment: GPU, driver, CUDA, library
+    versions), the GPU's name on its own, the date (UTC) and the command (its arguments: `argv`, else sys.argv's)."""
+    from course_utils.measure import _env_dict
+    from course_utils.provenance import environment
 
-    from course_utils.hardware import driver_version
-
-    return dict(device=torch.cuda.get_device_name(), driver=driver_version(), cuda=torch.version.cuda,
-                torch=torch.__version__,
-                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    env = _env_dict(environment())
+    return dict(device=env["device"], env=env, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 command=" ".join(["scripts/peak_matmul.py", *(sys.argv[1:] if argv is None else argv)]))
 
 
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("peak_matmul.py times a CUDA matmul: it needs a GPU", file=sys.stderr)
         return 1
-    line = dict(environment(argv), **measure(args.size, args.dtype, args.repeats, args.warmup))
+    line = dict(provenance(argv), **measure(args.size, args.dtype, args.repeats, args.warmup))
     with open(args.out, "a") as f:
         f.write(json.dumps(line) + "\n")
     print(f"{line['device']}: {args.size}^3 {args.dtype} matmul, median of {args.repeats}: "

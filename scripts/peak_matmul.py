@@ -5,8 +5,8 @@
 Times one size x size x size matmul (torch.mm, bf16 by default) on CUDA: a few warm-up runs, then --repeats
 timed runs, each between two CUDA events; the median time gives TFLOP/s = 2 x size^3 / time. Appends one JSON
 line to --out with the GPU's name and environment (driver, CUDA, library versions, as every shipped run
-records it), the date (UTC), the command, every timed run and the median, so a measured rate can ship beside the datasheet's (course_utils.hardware.DATASHEET_PEAK_FLOPS)
-with its provenance. It measures one matmul shape, not a training step: the rate a step's largest matmuls can
+records it), the date (UTC), the command, every timed run and the median, so a measured rate can ship beside
+the datasheet's (course_utils.hardware.DATASHEET_PEAK_FLOPS) with its provenance. It measures one matmul shape, not a training step: the rate a step's largest matmuls can
 at best run at on this GPU, with this torch and cuBLAS.
 """
 

@@ -53,7 +53,7 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
         path = [r.with_(liger_kernels=False, offload_activations=False, steps=steps, label=r.label)
                 for r in beyond.path_here(model)]
     liger, low = path[3], path[-1]
-    quiet = liger.with_(lora_dropout=0.0)
+    quiet, low_quiet = liger.with_(lora_dropout=0.0), low.with_(lora_dropout=0.0)
     return {  # name: (recipe, what is done to the built model: None, or a CHANGES key)
         "1x16 Liger": (liger, None),
         "1x16 Liger, dropout 0": (quiet, None),
@@ -62,8 +62,8 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
         "1x16 Liger, dropout 0, compiled layers, CUDA graphs": (quiet, "cuda graphs"),
         "1x16 Liger, dropout 0, every 2nd layer checkpointed": (quiet, "every 2nd"),
         "16x1 offload": (low, None),
-        "16x1 offload, dropout 0, compiled layers": (low.with_(lora_dropout=0.0), "compiled"),
-        "16x1 offload, dropout 0, every 2nd layer checkpointed": (low.with_(lora_dropout=0.0), "every 2nd"),
+        "16x1 offload, dropout 0, compiled layers": (low_quiet, "compiled"),
+        "16x1 offload, dropout 0, every 2nd layer checkpointed": (low_quiet, "every 2nd"),
     }
 
 

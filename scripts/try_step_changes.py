@@ -54,14 +54,19 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
                 for r in beyond.path_here(model)]
     liger, low = path[3], path[-1]
     quiet, low_quiet = liger.with_(lora_dropout=0.0), low.with_(lora_dropout=0.0)
-    return {  # name: (recipe, what is done to the built model: None, or a CHANGES key)
+    return {  # name: (recipe, what is done to the built model: None, or a CHANGES key); the peer trains at the
+        # recipe's own lora_dropout (0.05), so only the variants that keep it are the same training as the peer's
         "1x16 Liger": (liger, None),
-        "1x16 Liger, dropout 0": (quiet, None),
         "1x16 Liger, compiled layers": (liger, "compiled"),
+        "1x16 Liger, compiled layers, CUDA graphs": (liger, "cuda graphs"),
+        "1x16 Liger, every 2nd layer checkpointed": (liger, "every 2nd"),
+        "1x16 Liger, dropout 0": (quiet, None),
         "1x16 Liger, dropout 0, compiled layers": (quiet, "compiled"),
         "1x16 Liger, dropout 0, compiled layers, CUDA graphs": (quiet, "cuda graphs"),
-        "1x16 Liger, dropout 0, every 2nd layer checkpointed": (quiet, "every 2nd"),
         "16x1 offload": (low, None),
+        "16x1 offload, compiled layers": (low, "compiled"),
+        "16x1 offload, every 2nd layer checkpointed": (low, "every 2nd"),
+        "16x1 offload, dropout 0": (low_quiet, None),
         "16x1 offload, dropout 0, compiled layers": (low_quiet, "compiled"),
         "16x1 offload, dropout 0, every 2nd layer checkpointed": (low_quiet, "every 2nd"),
     }

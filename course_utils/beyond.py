@@ -403,14 +403,15 @@ def limit_rows(measurements: list, peak_flops: float | None = None) -> list:
     return [against(m, peak_flops) for m in measurements if _timed_on_gpu(m)]
 
 
-def toward(label: str, run: str = "", model: str = "llama-3.1-8b"):
+def toward(label: str, run: str = "", model: str = "llama-3.1-8b", peak: float | None = None):
     """A shipped run (reference(model, run); with run="peer-run" the peer's runs too, by their labels) against its
-    compute limit at its GPU's datasheet peak and its memory floor: a limits.Against (.fraction, .floor_gib, ...)."""
+    compute limit at `peak` FLOP/s (else its GPU's datasheet peak) and its memory floor: a limits.Against
+    (.fraction, .floor_gib, ...)."""
     runs = reference(model, run) + (peer_reference(model) if run == "peer-run" else [])
     found = by_label(runs)
     if label not in found:
         raise KeyError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
-    rows = limit_rows([found[label]])
+    rows = limit_rows([found[label]], peak)
     if not rows:
         raise ValueError(f"the {run or 'side-by-side'} run {label!r} has no allocated peak and speed to set against "
                          "the limit (it did not fit, or was not timed)")

@@ -14,7 +14,9 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   planner(model, budget, hardware)  course_utils.plan.plan(...): its rows, its pick (with .speed)
   accuracy()                        the estimate against every GPU reference run (scripts/estimator_accuracy.py)
   curves(run="")                    how notebook 08's loss curves agree with the source recipe's
-  toward(label, run="")             that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
+  toward(label, run="", peak=None)  that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
+  matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
+  tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/tries.py)
   flops(recipe), floor(recipe)      FLOPs per token and memory floor of a recipe (course_utils.limits)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
@@ -31,7 +33,6 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 
 from .common import GiB, MiB, shipped
@@ -279,12 +280,14 @@ def namespace() -> dict:
     from .beyond import toward
     from .estimate import anchor_recipe, estimate_distributed
     from .lessons import tf32_run as tf32
-    from .limits import flops_per_token, memory_floor
+    from .limits import flops_per_token, measured_peak, memory_floor
     from .recipe import Recipe
+    from .tries import spread, tried
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
+                matmul=measured_peak, tried=tried, spread=spread,
                 floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 
@@ -439,64 +442,3 @@ def unsourced(text: str) -> list[Unsourced]:
     found = [Unsourced(m.group(0), " ".join(body[max(0, m.start() - 40):m.end() + 25].split()))
              for m in _NUMBER.finditer(body)]
     return stale + wrong + found
-
-
-# --- the texts the truth test reads -------------------------------------------------------------
-ROOT = shipped().parent  # a checkout: notebooks/ and README.md live beside the package
-TEXT_KEYS = ("title", "prompt", "text", "explanation", "hint")
-# a block of Markdown between `<!-- name -->` and `<!-- /name -->` is a course function's output, which a test
-# keeps equal to that function (tests/test_readme.py, tests/test_t4check.py, tests/test_estimate.py)
-MARKER_BLOCK = re.compile(r"(<!-- ([\w-]+) -->\n).*?(<!-- /\2 -->)", re.S)
-
-
-def bank_texts(path: Path):
-    """(where, text) for every text of a quiz bank, as written (placeholders unrendered)."""
-    import yaml
-
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    yield f"{path.name}: title", data["title"]
-    for q in data["questions"]:
-        where = f"{path.name}: {q['id']}"
-        for key in TEXT_KEYS:
-            if isinstance(q.get(key), str):
-                yield f"{where} {key}", q[key]
-        for i, c in enumerate(q.get("choices", [])):
-            yield f"{where} choice {i + 1}", c["text"] if isinstance(c["text"], str) else str(c["text"])
-            yield f"{where} choice {i + 1} explanation", c["explanation"]
-        for w in q.get("wrong_answers", []):
-            yield f"{where} wrong answer {w['answer']}", w["explanation"]
-        if q.get("type") == "numeric" and not isinstance(q["answer"], str):
-            # a typed answer is a figure too: a count, or the result of arithmetic its explanation shows
-            shown = unsourced(q["explanation"]) == [] and f"= {q['answer']}" in q["explanation"].replace("**", "")
-            if not shown:
-                yield f"{where} answer", str(q["answer"])
-
-
-def notebook_texts(path: Path):
-    """(where, text) for every Markdown cell of a notebook (its Colab badge aside)."""
-    import json
-
-    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
-        if cell["cell_type"] == "markdown":
-            text = "\n".join(line for line in "".join(cell["source"]).splitlines() if "colab-badge" not in line)
-            yield f"{path.name}: cell {i}", text
-
-
-def markdown_texts(path: Path):
-    """(where, text) for a Markdown file, with the content of each marker block removed."""
-    yield path.name, MARKER_BLOCK.sub(lambda m: m.group(1) + m.group(3), path.read_text(encoding="utf-8"))
-
-
-def texts_of(path: Path):
-    """The texts of one file: a quiz bank, a notebook or a Markdown file."""
-    reader = {".yaml": bank_texts, ".ipynb": notebook_texts, ".md": markdown_texts}.get(path.suffix)
-    return reader(path) if reader else [(path.name, path.read_text())]
-
-
-def every_text():
-    """Every quiz bank, every notebook's Markdown, README.md and TROUBLESHOOTING.md: what `pytest -m truth` checks."""
-    from .quiz_bank import quiz_dir
-
-    for path in [*sorted(quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
-                 ROOT / "README.md", ROOT / "TROUBLESHOOTING.md"]:
-        yield from texts_of(path)

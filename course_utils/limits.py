@@ -120,6 +120,38 @@ def datasheet_peak(device: str, precision: str = "bf16") -> float | None:
     return DATASHEET_PEAK_FLOPS.get(device, {}).get(precision)
 
 
+@dataclass(frozen=True)
+class Peak:
+    """A measured dense matmul rate (scripts/peak_matmul.py): one size x size x size matmul, median of its runs."""
+
+    device: str
+    dtype: str
+    size: int
+    tflops: float
+    date: str
+    command: str
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.tflops * 1e12
+
+
+def measured_peak(device: str = "NVIDIA H200", dtype: str = "bf16") -> Peak:
+    """The fastest shipped matmul rate of `device` in `dtype` (reference/beyond/tries/peak-matmul.jsonl, written by
+    scripts/peak_matmul.py with the GPU's driver, CUDA, library versions, date and command)."""
+    import json
+
+    from .common import shipped
+
+    path = shipped("reference", "beyond", "tries", "peak-matmul.jsonl")
+    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    found = [d for d in found if d["device"] == device and d["dtype"] == dtype]
+    if not found:
+        raise KeyError(f"no shipped {dtype} matmul rate of {device!r} ({path}); scripts/peak_matmul.py measures one")
+    d = max(found, key=lambda d: d["tflops"])
+    return Peak(d["device"], d["dtype"], d["size"], d["tflops"], d["date"], d["command"])
+
+
 def limit_tokens_per_s(recipe: Recipe, peak_flops: float, shapes=None) -> float:
     """Tokens per second if every FLOP of the step ran at `peak_flops`."""
     return peak_flops / flops_per_token(recipe, shapes).total

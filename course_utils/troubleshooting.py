@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import facts
+from . import facts, texts
 from . import trouble_sources as S
 from .trouble_sources import Library, Logged, Produced, TroubleshootingError, version_of
 
-GUIDE = facts.ROOT / "TROUBLESHOOTING.md"
+GUIDE = texts.ROOT / "TROUBLESHOOTING.md"
 BLOCK = "troubleshooting"
-ALL = tuple(sorted(p.name[:2] for p in (facts.ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
+ALL = tuple(sorted(p.name[:2] for p in (texts.ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
 
 
 Message = Produced | Library | Logged

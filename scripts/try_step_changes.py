@@ -2,7 +2,7 @@
 reference run): each variant trains in a fresh process, the way course_utils.measure does (measure.run_here:
 warm-up, tracked step, median of the timed steps), and prints one JSON line.
 
-    python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME]
+    python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME] [--run-id NAME]
     python scripts/try_step_changes.py --model tiny --steps 4 --out tries.jsonl   # on a CPU: a smoke test
 
 Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step):
@@ -123,14 +123,14 @@ def compile_counts() -> dict:
                 break_reasons=sorted(breaks)[:10], recompiles=sum(counters.get("recompiles", {}).values()))
 
 
-def child(name: str, steps: int, model: str = "llama-3.1-8b") -> None:
+def child(name: str, steps: int, model: str = "llama-3.1-8b", run_id: str = "") -> None:
     from course_utils.measure import run_here
 
     recipe, change = variants(steps, model)[name]
     compiled = change in ("compiled", "cuda graphs")
     t0 = time.perf_counter()
     m = run_here(recipe, on_built=CHANGES[change] if change else None)
-    print("RESULT " + json.dumps(dict(variant=name, status=m.status, error=m.error[:300],
+    print("RESULT " + json.dumps(dict(run=run_id, variant=name, status=m.status, error=m.error[:300],
                                       allocated_gib=round((m.cuda_max_allocated or 0) / 2**30, 2),
                                       reserved_gib=round((m.cuda_max_reserved or 0) / 2**30, 2),
                                       tracked_peak_mib=round((m.peak_bytes or 0) / 2**20, 1),
@@ -148,21 +148,30 @@ def main() -> int:
     ap.add_argument("--model", default="llama-3.1-8b", help="on a CPU: tiny (a smoke test of the same code)")
     ap.add_argument("--only", action="append")
     ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--run-id", help="names this lease in every line (course_utils.tries compares a variant only with "
+                    "its baseline of the same run); default: tries-<UTC date and time>")
     ap.add_argument("--child")
     a = ap.parse_args()
+    run_id = a.run_id or time.strftime("tries-%Y%m%d-%H%M", time.gmtime())
     if a.child:
-        child(a.child, a.steps, a.model)
+        child(a.child, a.steps, a.model, run_id)
         return 0
-    names = a.only or list(variants(a.steps, a.model))
+    every = variants(a.steps, a.model)
+    names = a.only or list(every)
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        ap.error(f"no variant {unknown}; there are: {list(every)}")
     for name in names:
-        cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out]
+        cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out,
+               "--run-id", run_id]
+        failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict())  # a failed line says what it ran
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
             lines = [ln[7:] for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-            line = lines[-1] if lines else json.dumps(dict(variant=name, status="failed",
+            line = lines[-1] if lines else json.dumps(dict(failed, status="failed",
                                                           error=(done.stdout + done.stderr)[-1500:]))
         except subprocess.TimeoutExpired:
-            line = json.dumps(dict(variant=name, status="timeout", error=f"over {a.timeout} s"))
+            line = json.dumps(dict(failed, status="timeout", error=f"over {a.timeout} s"))
         with open(a.out, "a") as f:
             f.write(line + "\n")
         d = json.loads(line)

@@ -20,11 +20,11 @@ sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str]) -> int:
-    from course_utils import facts
+    from course_utils import facts, texts as truth_texts
     from course_utils.quiz import QuizError, load_bank, quiz_dir
 
     paths = [Path(a) for a in argv]
-    texts = facts.every_text() if not paths else (item for p in paths for item in facts.texts_of(p))
+    texts = truth_texts.every_text() if not paths else (item for p in paths for item in truth_texts.texts_of(p))
     problems = [f"{where}: {u}" for where, text in texts for u in facts.unsourced(text)]
     for p in paths or sorted(quiz_dir().glob("*.yaml")):
         if p.suffix == ".yaml":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from course_utils import facts
+from course_utils import facts, texts
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -24,7 +24,7 @@ def block(name: str) -> str:
 
 
 def test_readme_marker_blocks_are_all_tested():
-    names = [m.group(2) for m in facts.MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
+    names = [m.group(2) for m in texts.MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
     assert len(names) == len(set(names))
     assert set(names) == TESTED_HERE | set(TESTED_ELSEWHERE), "a new marker block needs a test that keeps it equal"
 
@@ -67,7 +67,7 @@ def test_readme_ladder_table_memory_is_the_estimate():
 
 
 def test_readme_figures_are_pinned_to_their_sources():
-    problems = [str(u) for _, text in facts.markdown_texts(README) for u in facts.unsourced(text)]
+    problems = [str(u) for _, text in texts.markdown_texts(README) for u in facts.unsourced(text)]
     assert not problems, "\n".join(problems)
     assert len(facts.pinned(README.read_text(encoding="utf-8"))) >= 50
 

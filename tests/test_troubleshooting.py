@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from course_utils import facts
+from course_utils import facts, texts
 from course_utils import trouble_sources as S
 from course_utils import troubleshooting as T
 from course_utils.cli import build_parser
@@ -56,7 +56,7 @@ def _check_library(lib: T.Library) -> None:
 def _shipped_errors() -> dict[str, list[str]]:
     """Every run's error in the shipped T4 check, by label, read straight from the file."""
     errors: dict[str, list[str]] = {}
-    for line in (facts.ROOT / "course_utils/reference/t4/t4-check.jsonl").read_text().splitlines():
+    for line in (texts.ROOT / "course_utils/reference/t4/t4-check.jsonl").read_text().splitlines():
         for run in json.loads(line)["runs"] if line.strip() else ():
             if run.get("error"):
                 errors.setdefault(run["recipe"]["label"], []).append(run["error"])
@@ -147,7 +147,7 @@ def test_write_fills_the_block_and_keeps_the_rest(tmp_path, rendered):
 def test_prose_has_no_unsourced_figure():
     for e in T.ENTRIES:
         assert facts.unsourced(e.prose) == [], e.key
-    guide = [text for where, text in facts.every_text() if where == "TROUBLESHOOTING.md"]  # `pytest -m truth` reads it
+    guide = [text for where, text in texts.every_text() if where == "TROUBLESHOOTING.md"]  # `pytest -m truth` reads it
     assert len(guide) == 1 and facts.unsourced(guide[0]) == []
 
 
@@ -160,7 +160,7 @@ def test_links_point_at_the_release_and_an_entry():
     with pytest.raises(KeyError, match="no troubleshooting entry"):
         T.link("nope")
     links = T.links_by_notebook()
-    assert list(links) == sorted(p.name[:2] for p in (facts.ROOT / "notebooks").glob("*.ipynb"))  # the setup cell's
+    assert list(links) == sorted(p.name[:2] for p in (texts.ROOT / "notebooks").glob("*.ipynb"))  # the setup cell's
     assert T.link("reentrant") in links["01"] and T.link("bf16") in links["04"]
 
 
@@ -219,10 +219,9 @@ def test_the_estimate_command_describes_the_recipe(rendered):
 def test_every_notebook_links_its_troubleshooting_entries():
     import json
 
-    from course_utils import facts
     from course_utils.troubleshooting import notebook_markdown
 
-    for path in sorted((facts.ROOT / "notebooks").glob("*.ipynb")):
+    for path in sorted((texts.ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         tagged = [c for c in cells if "troubleshooting" in c.get("metadata", {}).get("tags", [])]
         assert len(tagged) == 1, f"{path.name}: run python scripts/insert_extras.py {path}"

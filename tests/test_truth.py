@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils import facts
+from course_utils import facts, texts
 from course_utils.quiz import load_bank, quiz_dir
 
 pytestmark = pytest.mark.truth
 def test_every_figure_has_a_source():
-    problems = [f"{where}: {u}" for where, text in facts.every_text() for u in facts.unsourced(text)]
+    problems = [f"{where}: {u}" for where, text in texts.every_text() for u in facts.unsourced(text)]
     assert not problems, f"{len(problems)} figures without a source:\n" + "\n".join(problems)
 
 

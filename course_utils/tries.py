@@ -1,0 +1,123 @@
+"""Issue 16's tries: changes to one optimizer step, each measured on a GPU beside the recipe it changes, in the
+same lease (scripts/try_step_changes.py), shipped in reference/beyond/tries/<model>.jsonl. An experiment, not
+one of notebook 08's recipes: a change joins the recipes only when it is faster, or leaner, than the recipe it
+changes by more than that recipe moves between runs, and keeps its training.
+
+Each line is one variant's run (RESULT line of the script): `run` (the lease it was measured in; the script's
+--run-id), `variant`, `status` (ok, failed, timeout), the CUDA allocated and reserved peaks, tokens/s (median of
+the timed steps), the losses, what torch.compile did (`compile`: frames, graphs, graph breaks and their reasons,
+recompiles), the recipe, the GPU and library versions, the date and the command.
+
+    from course_utils import tries
+    tries.table()                       # every variant against its baseline in the same lease (a Table)
+    tries.tried("16x1 offload, dropout 0").speed_ratio
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+
+from .common import shipped
+
+# the recipe each variant changes, by its batching (the variant's name starts with it)
+BASELINES = {"1x16": "1x16 Liger", "16x1": "16x1 offload"}
+
+
+@functools.lru_cache(maxsize=None)
+def records(model: str = "llama-3.1-8b") -> tuple:
+    """The shipped tries of `model`, in the order they ran (each a dict, as try_step_changes.py wrote it)."""
+    path = shipped("reference", "beyond", "tries", f"{model}.jsonl")
+    if not path.exists():
+        raise FileNotFoundError(f"no shipped tries for {model!r} ({path}); scripts/try_step_changes.py measures them")
+    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One variant's run against its baseline (the recipe it changes, measured in the same lease)."""
+
+    run: str
+    variant: str
+    status: str
+    allocated_gib: float | None
+    tokens_per_s: float | None
+    baseline: str
+    memory_ratio: float | None  # allocated / the baseline's, in the same run
+    speed_ratio: float | None  # tokens/s / the baseline's, in the same run
+    same_training: bool | None  # same LoRA dropout as the baseline (and the peer); None: the record has no recipe
+    what: str  # what torch.compile did, or why the run failed
+    date: str
+
+
+def _what(d: dict) -> str:
+    """A variant's outcome in a few words: its compile counts, or its error's first sentence."""
+    if d["status"] != "ok":
+        found = re.findall(r"(?:Error|Exception): ([^\n]+)", d.get("error", ""))
+        said = found[-1].removeprefix("Error: ").split(". ")[0] if found else d.get("error", "")[-120:]
+        return f"{d['status']}: {said}"
+    c = d.get("compile")
+    if not c:
+        return ""
+    if c["graph_breaks"]:
+        reason = c["break_reasons"][0] if c["break_reasons"] else ""
+        called = re.search(r"function `<function (\w+)", reason)
+        why = f" (calls {called.group(1)}(), a torch.compiler.disable'd function)" if called else ""
+        return f"{c['graphs']} graphs, {c['graph_breaks']} graph breaks{why}"
+    return f"{c['graphs']} graph, no graph break, {c['recompiles']} recompiles"
+
+
+def tried(variant: str, run: str | None = None, model: str = "llama-3.1-8b") -> Tried:
+    """A variant's latest shipped run (or its run in lease `run`) against its baseline in that lease."""
+    mine = [d for d in records(model) if d["variant"] == variant and (run is None or d["run"] == run)]
+    if not mine:
+        raise KeyError(f"no shipped try {variant!r}{f' in {run}' if run else ''}; there are: "
+                       f"{sorted({d['variant'] for d in records(model)})}")
+    d = mine[-1]
+    name = BASELINES.get(variant.split()[0])
+    if name is None:
+        raise KeyError(f"try {variant!r} names no batching with a baseline ({sorted(BASELINES)})")
+    bases = [b for b in records(model) if b["variant"] == name and b["run"] == d["run"] and b["status"] == "ok"]
+    if not bases:
+        raise KeyError(f"lease {d['run']} has no run of {variant!r}'s baseline {name!r} to compare it with")
+    base = bases[-1]
+    ok = d["status"] == "ok"
+    return Tried(d["run"], variant, d["status"], d.get("allocated_gib") if ok else None,
+                 d.get("tokens_per_s") if ok else None, name,
+                 d["allocated_gib"] / base["allocated_gib"] if ok else None,
+                 d["tokens_per_s"] / base["tokens_per_s"] if ok else None,
+                 d["recipe"]["lora_dropout"] == base["recipe"]["lora_dropout"] if "recipe" in d else None,
+                 _what(d), d.get("date") or base["date"])
+
+
+def rows(model: str = "llama-3.1-8b") -> list[Tried]:
+    """Every shipped try (baselines included) against its baseline, in the order they ran."""
+    return [tried(d["variant"], d["run"], model) for d in records(model)]
+
+
+def spread(variant: str, model: str = "llama-3.1-8b") -> tuple[float, float]:
+    """(lowest, highest) tokens/s of `variant` over the shipped runs: how much the same recipe moves."""
+    speeds = [d["tokens_per_s"] for d in records(model) if d["variant"] == variant and d["status"] == "ok"]
+    if not speeds:
+        raise KeyError(f"no run of {variant!r} that finished")
+    return min(speeds), max(speeds)
+
+
+def table(model: str = "llama-3.1-8b"):
+    """rows() as a Table: jupyter shows HTML, print() text."""
+    from .tables import Column, Table
+
+    columns = [Column("variant", wrap=True), Column("lease", wrap=True), Column("allocated", "GiB", ".2f"),
+               Column("tokens/s", fmt=",.0f"), Column("x memory", fmt=".2f"), Column("x speed", fmt=".2f"),
+               Column("same training", align="left"), Column("what happened", wrap=True)]
+    body = [[r.variant, r.run, r.allocated_gib, r.tokens_per_s, r.memory_ratio, r.speed_ratio,
+             {True: "yes", False: "no (dropout 0)", None: "-"}[r.same_training], r.what or "-"] for r in rows(model)]
+    first = records(model)[0]
+    env = first.get("env") or {}
+    title = (f"Changes to one step, each against {' / '.join(BASELINES.values())} in the same lease "
+             f"({env.get('device', 'GPU')}, torch {env.get('versions', {}).get('torch', '?')}, "
+             f"{first.get('date', '')[:10]})")
+    return Table(columns, body, title=title)
+

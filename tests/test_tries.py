@@ -1,0 +1,88 @@
+"""Issue 16's shipped tries (course_utils/tries.py) and the measured matmul rate (limits.measured_peak)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils import beyond, limits, tries
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _line(run, variant, tokens, gib, dropout=0.05, status="ok", **extra):
+    return dict(run=run, variant=variant, status=status, allocated_gib=gib, tokens_per_s=tokens,
+                recipe={"lora_dropout": dropout}, date="2026-12-02T04:34:48+00:00", **extra)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    lines = [_line("a", "1x16 Liger", 800.0, 4.8), _line("a", "1x16 Liger, dropout 0", 1000.0, 4.7, dropout=0.0),
+             _line("b", "1x16 Liger", 1000.0, 4.8), _line("b", "1x16 compiled layers, no Liger", 1100.0, 4.9,
+                                                        compile=dict(graphs=1, graph_breaks=0, break_reasons=[],
+                                                                     recompiles=0)),
+             dict(run="b", variant="1x16 compiled layers, CUDA graphs, no Liger", status="failed",
+                  error='Traceback...\nRuntimeError: Error: accessing tensor output of CUDAGraphs that has been '
+                        'overwritten by a subsequent run. Stack trace: ...')]
+    monkeypatch.setattr(tries, "records", lambda model="llama-3.1-8b": tuple(lines))
+    return lines
+
+
+def test_a_try_is_compared_with_its_baseline_of_the_same_lease(fake):
+    t = tries.tried("1x16 compiled layers, no Liger")
+    assert t.baseline == "1x16 Liger" and t.run == "b"
+    assert t.speed_ratio == pytest.approx(1.1) and t.memory_ratio == pytest.approx(4.9 / 4.8)  # lease b's, not a's 800
+    assert t.same_training is True and t.what == "1 graph, no graph break, 0 recompiles"
+    quiet = tries.tried("1x16 Liger, dropout 0")
+    assert quiet.speed_ratio == pytest.approx(1.25) and quiet.same_training is False
+    assert tries.spread("1x16 Liger") == (800.0, 1000.0)
+
+
+def test_a_failed_try_says_why_and_has_no_ratios(fake):
+    t = tries.tried("1x16 compiled layers, CUDA graphs, no Liger")
+    assert t.what == "failed: accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
+    assert t.speed_ratio is None and t.same_training is None
+    html = tries.table()._repr_html_()
+    assert "<table" in html and "CUDAGraphs" in html and html.count("<tr") == 1 + len(fake)
+
+
+def test_unknown_tries_name_what_there_is(fake):
+    with pytest.raises(KeyError, match="there are: .*1x16 Liger"):
+        tries.tried("1x16 with magic")
+    with pytest.raises(KeyError, match="no batching"):
+        fake.append(_line("a", "8x2 something", 1.0, 1.0))
+        tries.tried("8x2 something")
+
+
+def test_the_shipped_tries_hold_what_the_readme_says():
+    shipped = tries.rows()
+    assert {r.baseline for r in shipped} == set(tries.BASELINES.values())
+    assert all(r.speed_ratio == 1.0 for r in shipped if r.variant == r.baseline)
+    liger_compiled = tries.tried("1x16 Liger, compiled layers")
+    assert "dispatch()" in liger_compiled.what  # Liger's compiler.disable'd dispatcher: no graph compiled
+    for d in tries.records():
+        assert d["run"] and (d["status"] != "ok" or (d["env"]["device"] and d["command"] and d["date"]))
+
+
+def test_the_measured_peak_is_the_fastest_shipped_size_and_moves_the_limit():
+    path = ROOT / "course_utils/reference/beyond/tries/peak-matmul.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    peak = limits.measured_peak()
+    assert peak.tflops == max(d["tflops"] for d in lines if d["device"] == "NVIDIA H200")
+    assert peak.date and peak.command.startswith("scripts/peak_matmul.py")
+    at_sheet, at_measured = beyond.toward("fast recipe (16x1)"), beyond.toward("fast recipe (16x1)", peak=peak.flops_per_s)
+    assert at_measured.limit_tokens_per_s == pytest.approx(peak.flops_per_s / (at_sheet.gflop_per_token * 1e9))
+    assert at_measured.fraction > at_sheet.fraction  # a measured rate under the datasheet's: a larger fraction
+    with pytest.raises(KeyError, match="peak_matmul.py measures one"):
+        limits.measured_peak("Tesla T4")
+
+
+def test_the_script_refuses_a_variant_it_does_not_have(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/try_step_changes.py"), "--model", "tiny", "--only",
+                           "1x16 with magic", "--out", str(tmp_path / "t.jsonl")], capture_output=True, text=True,
+                          timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                                            "COURSE_HOME": str(tmp_path)})
+    assert done.returncode == 2 and "no variant ['1x16 with magic']; there are:" in done.stderr
+    assert not (tmp_path / "t.jsonl").exists()

@@ -53,9 +53,9 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
         path = [r.with_(liger_kernels=False, offload_activations=False, steps=steps, label=r.label)
                 for r in beyond.path_here(model)]
     plain, liger, low = path[2], path[3], path[-1]  # "+ embeddings on CPU", "+ Liger kernels", fast + offload
-    # Liger 0.8.5 calls each kernel through a torch.compiler.disable'd dispatch(): inside a compiled layer every
-    # Liger op is a graph break (measured on the H200, 2026-12-02). The compiled variants leave Liger out and let
-    # torch.compile fuse RMSNorm, SwiGLU and RoPE itself.
+    # Liger 0.8.5 calls its RoPE kernel through a torch.compiler.disable'd dispatch(): a compiled layer with Liger
+    # breaks there and torch.compile made no graph of it (on the H200, 2026-12-02). The "no Liger" variants leave
+    # Liger out and let torch.compile fuse RMSNorm, SwiGLU and RoPE itself.
     low_plain = low.with_(liger_kernels=False)
     quiet, low_quiet = liger.with_(lora_dropout=0.0), low.with_(lora_dropout=0.0)
     return {  # name: (recipe, what is done to the built model: None, or a CHANGES key); the peer trains at the

@@ -431,7 +431,7 @@ def toward_the_limit(measurements: list, peak_flops: float | None = None, table:
     """The FLOPs-per-token arithmetic and the memory floor of the first run's recipe, the peak they are read at, and
     (with `table`) every run against both (at most 100 characters a line). A notebook shows the runs as a Table
     instead (table=False, then display(limit_table(limit_rows(...))): HTML in Jupyter)."""
-    from .limits import datasheet_peak, flops_per_token, memory_floor
+    from .limits import datasheet_peak, flops_per_token, measured_peak, memory_floor
     from .tables import wrap
 
     ok = [m for m in measurements if _timed_on_gpu(m)]
@@ -443,16 +443,22 @@ def toward_the_limit(measurements: list, peak_flops: float | None = None, table:
     peak = peak_flops if peak_flops is not None else datasheet_peak(device, first.precision or "bf16")
     out = f.lines()
     if peak:
-        where = ("as given" if peak_flops is not None else
-                 f"the {device} datasheet's dense {first.precision or 'bf16'} Tensor Core peak")
+        where = "as given" if peak_flops is not None else f"the {device} datasheet's dense {first.precision or 'bf16'} peak"
+        try:
+            rate = measured_peak(device, first.precision or "bf16")
+            measured = (f"scripts/peak_matmul.py measured {rate.tflops:,.1f} TFLOP/s on an {device} ({rate.size}-cube "
+                        f"{rate.dtype} matmul, {rate.date[:10]}), which allows {rate.flops_per_s / f.total:,.0f} "
+                        "tokens/s")
+        except KeyError:
+            measured = "scripts/peak_matmul.py measures one"
         out.append(wrap(f"compute limit: {peak / 1e12:,.0f} TFLOP/s ({where}) / {f.total / 1e9:.2f} GFLOP per token "
-                        f"= {peak / f.total:,.0f} tokens/s. A measured matmul rate is lower than a datasheet's "
-                        "(scripts/peak_matmul.py measures one), and the step has work that is not matmuls."))
+                        f"= {peak / f.total:,.0f} tokens/s. A real matmul runs below a datasheet's peak: {measured}; "
+                        "and the step has work that is not matmuls."))
     else:
         out.append(f"compute limit: no datasheet peak for {device} here (give one with peak_flops)")
     with_table = memory_floor(first.recipe_obj.with_(offload_embeddings=False))
     without = memory_floor(first.recipe_obj.with_(offload_embeddings=True))
-    out.append("memory floor: the frozen weights on the GPU (the input embeddings unless kept in CPU memory)")
+    out.append("memory floor: the weights on the GPU (the input embeddings unless kept in CPU memory)")
     out += with_table.lines()
     if without.total != with_table.total:
         out.append(f"  {'without the input embeddings':<38}{without.total / GiB:6.2f} GiB")

@@ -13,7 +13,7 @@ memory is from what the weights alone need. Arithmetic from the model's config a
   datasheet's (course_utils.hardware.DATASHEET_PEAK_FLOPS, dense) or a measured matmul rate
   (scripts/peak_matmul.py records one). A step never reaches it: norms, element-wise kernels, the 4-bit
   dequantization and the optimizer add time and no matmul FLOPs.
-- The memory floor (`memory_floor`): the frozen weights at their storage width, which every step needs on the
+- The memory floor (`memory_floor`): the weights at their storage width, which every step needs on the
   GPU: the decoder's linears in NF4 (4.127 bits per weight with double quant: 4 + 8/64 for the 8-bit block
   scales + 32/(64 x 256) for their fp32 scales) and the tables that stay unquantized in bf16 (the input
   embeddings unless they live in CPU memory, the LM head, the norms). LoRA's weights, gradients and optimizer
@@ -162,7 +162,7 @@ def limit_tokens_per_s(recipe: Recipe, peak_flops: float, shapes=None) -> float:
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Floor:
-    """The frozen weights' bytes on the GPU: [(what, bytes, arithmetic)] and their sum."""
+    """The weights' bytes on the GPU: [(what, bytes, arithmetic)] and their sum."""
 
     terms: tuple[tuple[str, int, str], ...]
 
@@ -179,7 +179,8 @@ class Floor:
 
 
 def memory_floor(recipe: Recipe, shapes=None) -> Floor:
-    """The recipe's frozen weights at their narrowest storage on a CUDA GPU: the 4-bit linears (NF4, as the recipe
+    """The recipe's weights at their narrowest storage on a CUDA GPU (a LoRA recipe's frozen base; a full
+    fine-tune's trained weights, its gradients and optimizer states on top): the 4-bit linears (NF4, as the recipe
     quantizes them: estimate.nf4_bytes, per tensor) or bf16 ones, and the unquantized tables in bf16 (whatever
     the recipe upcasts: the floor is what the step cannot do without). The input embeddings count only when
     they are on the GPU (not with offload_embeddings, unless tied to the LM head)."""

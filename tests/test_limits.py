@@ -131,6 +131,16 @@ def test_toward_the_limit_shows_the_arithmetic_and_every_run():
         beyond.toward("nothing")
 
 
+def test_toward_the_limit_names_the_shipped_matmul_rate_of_its_gpu(monkeypatch):
+    runs = beyond.reference()
+    rate = limits.measured_peak("NVIDIA H200")
+    allowed = rate.flops_per_s / limits.flops_per_token(runs[0].recipe_obj).total
+    text = " ".join(beyond.toward_the_limit(runs, table=False).split())
+    assert f"measured {rate.tflops:,.1f} TFLOP/s on an NVIDIA H200" in text and f"allows {allowed:,.0f} tokens/s" in text
+    monkeypatch.setattr(limits, "measured_peak", lambda *a: (_ for _ in ()).throw(KeyError("none")))
+    assert "peak_matmul.py measures one" in " ".join(beyond.toward_the_limit(runs, table=False).split())
+
+
 def test_toward_a_run_that_did_not_fit_says_so(monkeypatch):
     runs = beyond.reference()
     gone = dataclasses.replace(beyond.by_label(runs)["fast recipe (16x1)"], status="does_not_fit")

@@ -4,6 +4,7 @@ measured in one run, printed side by side with ratios against the source recipe 
     python scripts/beyond_recipe.py --out course_utils/reference/beyond/llama-3.1-8b.jsonl
     python scripts/beyond_recipe.py --set explore --steps 4 --out explore.jsonl
     python scripts/beyond_recipe.py --set curves --peers unsloth --out run.jsonl   # Unsloth beside ours
+    python scripts/beyond_recipe.py --set peer --steps 6 --peers unsloth --out run.jsonl  # issue 16's table, one run
 
 Each recipe trains in a fresh process (course_utils.measure) on a random-weight preset built from
 its config (no download): warm-up step, one tracked step (peaks by category and CUDA's allocated
@@ -43,6 +44,8 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         return path + [lean, fast]
     if name == "curves":  # the recipes whose loss curves are compared
         return [path[0], lean, fast, beyond.fast_low_memory(model, steps)]
+    if name == "peer":  # issue 16's table in one run: ours at the peer's two settings (1x16, 16x1), lean and source
+        return [path[0], path[3], lean, fast, beyond.fast_low_memory(model, steps)]
     if name == "explore":
         no_upcast = path[1]
         return path + [
@@ -60,7 +63,7 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="llama-3.1-8b")
-    parser.add_argument("--set", default="final", choices=("final", "curves", "explore"))
+    parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore"))
     parser.add_argument("--only", action="append", default=None, metavar="LABEL",
                         help="only the recipe of the set with this label (repeatable)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run (1 warm-up, 1 tracked)")

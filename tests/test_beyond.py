@@ -419,3 +419,13 @@ def test_peer_wheel_is_stripped_with_a_record_that_lists_what_is_left(tmp_path):
         record = z.read("unsloth-1.dist-info/RECORD").decode().splitlines()
     assert record[0].startswith("unsloth/__init__.py,sha256=") and record[0].endswith(",6")
     assert record[1] == "unsloth-1.dist-info/RECORD,,"
+
+
+def test_the_peer_set_holds_the_issue_table_in_one_run():
+    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    recipes = script["recipe_set"]("peer", "llama-3.1-8b", 6)
+    assert recipes[0].label == "source recipe (1x16)" and all(r.steps == 6 for r in recipes)
+    shapes = {beyond.batching(r) for r in recipes}
+    assert {f"{m}x{g}" for m, g in beyond.PEER_BATCHES} <= shapes  # ours at each of the peer's settings
+    assert {r.tokens_per_step for r in recipes} == {recipes[0].tokens_per_step}
+    assert "+ Liger kernels" in [r.label for r in recipes] and "lean recipe (4x4)" in [r.label for r in recipes]

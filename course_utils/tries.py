@@ -61,12 +61,23 @@ def _what(d: dict) -> str:
     c = d.get("compile")
     if not c:
         return ""
+    graphs = _count(c["graphs"], "graph")
     if c["graph_breaks"]:
         reason = c["break_reasons"][0] if c["break_reasons"] else ""
         called = re.search(r"function `<function (\w+)", reason)
-        why = f" (calls {called.group(1)}(), a torch.compiler.disable'd function)" if called else ""
-        return f"{c['graphs']} graphs, {c['graph_breaks']} graph breaks{why}"
-    return f"{c['graphs']} graph, no graph break, {c['recompiles']} recompiles"
+        why = f" at {called.group(1)}(), which torch.compile may not enter" if called else ""
+        return f"{graphs}, {_count(c['graph_breaks'], 'graph break')}{why}"
+    return f"{graphs}, no graph break, {_count(c['recompiles'], 'recompile')}"
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{'no' if n == 0 else n} {thing}{'' if n == 1 else 's'}"
+
+
+def lease(run: str) -> str:
+    """A run id's time of day, "tries-20261202-0434" -> "04:34" (the table's short name for the lease)."""
+    found = re.search(r"-(\d{2})(\d{2})$", run)
+    return f"{found.group(1)}:{found.group(2)}" if found else run
 
 
 def tried(variant: str, run: str | None = None, model: str = "llama-3.1-8b") -> Tried:
@@ -109,15 +120,15 @@ def table(model: str = "llama-3.1-8b"):
     """rows() as a Table: jupyter shows HTML, print() text."""
     from .tables import Column, Table
 
-    columns = [Column("variant", wrap=True), Column("lease", wrap=True), Column("allocated", "GiB", ".2f"),
+    columns = [Column("variant", wrap=True), Column("lease"), Column("allocated", "GiB", ".2f"),
                Column("tokens/s", fmt=",.0f"), Column("x memory", fmt=".2f"), Column("x speed", fmt=".2f"),
                Column("same training", align="left"), Column("what happened", wrap=True)]
-    body = [[r.variant, r.run, r.allocated_gib, r.tokens_per_s, r.memory_ratio, r.speed_ratio,
+    body = [[r.variant, lease(r.run), r.allocated_gib, r.tokens_per_s, r.memory_ratio, r.speed_ratio,
              {True: "yes", False: "no (dropout 0)", None: "-"}[r.same_training], r.what or "-"] for r in rows(model)]
     first = records(model)[0]
     env = first.get("env") or {}
-    title = (f"Changes to one step, each against {' / '.join(BASELINES.values())} in the same lease "
-             f"({env.get('device', 'GPU')}, torch {env.get('versions', {}).get('torch', '?')}, "
-             f"{first.get('date', '')[:10]})")
+    title = (f"Changes to one step on the {env.get('device', 'GPU')} ({first.get('date', '')[:10]}, torch "
+             f"{env.get('versions', {}).get('torch', '?')}), each against {' or '.join(BASELINES.values())} "
+             "measured in the same lease (its start, UTC)")
     return Table(columns, body, title=title)
 

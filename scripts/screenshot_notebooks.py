@@ -12,7 +12,7 @@ text outputs whose lines wrap or scroll sideways, tables wider than their output
     flock /tmp/cpu.lock .venv/bin/python scripts/screenshot_notebooks.py [notebooks/03*.ipynb ...] [--rev HEAD]
 
 Without paths: every notebook git tracks under notebooks/. By default the copies in the working tree are
-shown; `--rev` takes them from a commit instead. The JupyterLab start-up is tests/test_quiz_browser.py's
+shown; `--rev` takes them from a commit instead. The JupyterLab start-up is tests/jupyterlab_browser.py's
 (`Lab`, the Chromium path and flags), loaded from that file.
 """
 
@@ -35,8 +35,8 @@ OVERLAP_PX = 48  # each screen repeats the bottom of the one before, so nothing 
 
 
 def _browser_helpers():
-    """Lab, CHROMIUM and CHROMIUM_ARGS from the browser test (one copy of the start-up code)."""
-    spec = importlib.util.spec_from_file_location("_quiz_browser", ROOT / "tests" / "test_quiz_browser.py")
+    """Lab, CHROMIUM and CHROMIUM_ARGS from the browser tests' helpers (one copy of the start-up code)."""
+    spec = importlib.util.spec_from_file_location("_jupyterlab_browser", ROOT / "tests" / "jupyterlab_browser.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.Lab, module.CHROMIUM, module.CHROMIUM_ARGS

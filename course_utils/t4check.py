@@ -42,7 +42,9 @@ DEFECTS = {
         "(their errors say how much; fixed since: that training runs in a process of its own, and the kernel "
         "gives back the block cuBLAS workspaces held after the script's training; re-checked on 2 cores on "
         "2026-12-02: the kept adapter trained and merged in processes of their own and every ladder rung was "
-        "measured, then the call ended while the source recipe was being built, measurements/t4-20261202-0215)",
+        "measured, then the call ended while the source recipe was being built, measurements/t4-20261202-0215; on 8 "
+        "cores at 04:44 it stopped in the same cell, so the notebook needs more than one 600 s device call there, "
+        "measurements/t4-20261202-0444)",
     ("06_sequence_length_and_batch", "llama-8b", "2026-12-01T19:32:50+00:00"):
         "each measuring process was allowed less of the card than the rest of the check had left it (its notes "
         "say how much): the kernel had built the random-weight 8B folder on the GPU and kept 4.51 GiB (fixed since; "

@@ -64,12 +64,20 @@ def test_the_shipped_tries_hold_what_the_readme_says():
     assert liger_compiled.what.startswith("no graphs, 1 graph break at dispatch()")  # Liger's compiler.disable'd
     assert tries.lease("tries-20261202-0434") == "04:34" and tries.lease("other") == "other"
     for d in tries.records():
-        assert d["run"] and (d["status"] != "ok" or (d["env"]["device"] and d["command"] and d["date"]))
+        assert d["run"] and d["variant"] and d["status"] in ("ok", "failed", "timeout")
+        if d["status"] == "ok":  # provenance: GPU, versions, date, command; and what ran
+            assert d["env"]["device"] and d["env"]["versions"]["torch"] and d["command"] and d["date"]
+            assert d["recipe"]["model"] == "llama-3.1-8b" and d["tokens_per_s"] > 0 and d["allocated_gib"] > 0
+        else:
+            assert d["error"]
 
 
 def test_the_measured_peak_is_the_fastest_shipped_size_and_moves_the_limit():
     path = ROOT / "course_utils/reference/beyond/tries/peak-matmul.jsonl"
     lines = [json.loads(x) for x in path.read_text().splitlines()]
+    for d in lines:  # each rate with its GPU, driver, CUDA, versions, date, command and every timed run
+        assert d["env"]["driver"] and d["env"]["cuda"] and d["env"]["versions"]["torch"] and d["date"] and d["command"]
+        assert d["tflops"] == pytest.approx(d["flops"] / d["median_s"] / 1e12, rel=1e-3) and len(d["seconds"]) == d["repeats"]
     peak = limits.measured_peak()
     assert peak.tflops == max(d["tflops"] for d in lines if d["device"] == "NVIDIA H200")
     assert peak.date and peak.command.startswith("scripts/peak_matmul.py")

@@ -50,6 +50,7 @@ class Tried:
     same_training: bool | None  # same LoRA dropout as the baseline (and the peer); None: the record has no recipe
     what: str  # what torch.compile did, or why the run failed
     date: str
+    count: int = 1  # the variant's runs in this lease (scripts/try_step_changes.py --rounds): medians of them
 
 
 def _what(d: dict) -> str:
@@ -81,31 +82,41 @@ def lease(run: str) -> str:
 
 
 def tried(variant: str, run: str | None = None, model: str = "llama-3.1-8b") -> Tried:
-    """A variant's latest shipped run (or its run in lease `run`) against its baseline in that lease."""
+    """A variant's runs in its latest lease (or in lease `run`) against its baseline's in that lease: the median
+    tokens/s and allocated peak of each, when a lease ran them more than once (--rounds)."""
     mine = [d for d in records(model) if d["variant"] == variant and (run is None or d["run"] == run)]
     if not mine:
         raise KeyError(f"no shipped try {variant!r}{f' in {run}' if run else ''}; there are: "
                        f"{sorted({d['variant'] for d in records(model)})}")
     d = mine[-1]
+    same = [x for x in mine if x["run"] == d["run"] and x["status"] == "ok"] or [d]
     name = BASELINES.get(variant.split()[0])
     if name is None:
         raise KeyError(f"try {variant!r} names no batching with a baseline ({sorted(BASELINES)})")
     bases = [b for b in records(model) if b["variant"] == name and b["run"] == d["run"] and b["status"] == "ok"]
     if not bases:
         raise KeyError(f"lease {d['run']} has no run of {variant!r}'s baseline {name!r} to compare it with")
-    base = bases[-1]
-    ok = d["status"] == "ok"
-    return Tried(d["run"], variant, d["status"], d.get("allocated_gib") if ok else None,
-                 d.get("tokens_per_s") if ok else None, name,
-                 d["allocated_gib"] / base["allocated_gib"] if ok else None,
-                 d["tokens_per_s"] / base["tokens_per_s"] if ok else None,
-                 d["recipe"]["lora_dropout"] == base["recipe"]["lora_dropout"] if "recipe" in d else None,
-                 _what(d), d.get("date") or base["date"])
+    ok = any(x["status"] == "ok" for x in same)
+    d = same[-1]
+    speed, base_speed = _median(same, "tokens_per_s"), _median(bases, "tokens_per_s")
+    gib, base_gib = _median(same, "allocated_gib"), _median(bases, "allocated_gib")
+    return Tried(d["run"], variant, d["status"], gib if ok else None, speed if ok else None, name,
+                 gib / base_gib if ok else None, speed / base_speed if ok else None,
+                 d["recipe"]["lora_dropout"] == bases[-1]["recipe"]["lora_dropout"] if "recipe" in d else None,
+                 _what(d), d.get("date") or bases[-1]["date"], len(same))
+
+
+def _median(lines: list, key: str) -> float | None:
+    import statistics
+
+    values = [x[key] for x in lines if x.get(key) is not None]
+    return statistics.median(values) if values else None
 
 
 def rows(model: str = "llama-3.1-8b") -> list[Tried]:
-    """Every shipped try (baselines included) against its baseline, in the order they ran."""
-    return [tried(d["variant"], d["run"], model) for d in records(model)]
+    """Every shipped try (baselines included) against its baseline, once per lease, in the order they first ran."""
+    seen = dict.fromkeys((d["variant"], d["run"]) for d in records(model))
+    return [tried(variant, run, model) for variant, run in seen]
 
 
 def spread(variant: str, model: str = "llama-3.1-8b") -> tuple[float, float]:

@@ -2,7 +2,7 @@
 reference run): each variant trains in a fresh process, the way course_utils.measure does (measure.run_here:
 warm-up, tracked step, median of the timed steps), and prints one JSON line.
 
-    python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME] [--run-id NAME]
+    python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME] [--run-id NAME] [--rounds 2]
     python scripts/try_step_changes.py --model tiny --steps 4 --out tries.jsonl   # on a CPU: a smoke test
 
 Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step):
@@ -150,6 +150,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--run-id", help="names this lease in every line (course_utils.tries compares a variant only with "
                     "its baseline of the same run); default: tries-<UTC date and time>")
+    ap.add_argument("--rounds", type=int, default=1, help="run the variants this many times, interleaved (A B A B): "
+                    "a 1x16 step moves by about a tenth between processes, and course_utils.tries takes the median")
     ap.add_argument("--child")
     a = ap.parse_args()
     run_id = a.run_id or time.strftime("tries-%Y%m%d-%H%M", time.gmtime())
@@ -161,7 +163,7 @@ def main() -> int:
     unknown = [n for n in names if n not in every]
     if unknown:
         ap.error(f"no variant {unknown}; there are: {list(every)}")
-    for name in names:
+    for name in [n for _ in range(max(1, a.rounds)) for n in names]:
         cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out,
                "--run-id", run_id]
         failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict())  # a failed line says what it ran

@@ -95,3 +95,12 @@ def test_the_script_refuses_a_variant_it_does_not_have(tmp_path):
                                             "COURSE_HOME": str(tmp_path)})
     assert done.returncode == 2 and "no variant ['1x16 with magic']; there are:" in done.stderr
     assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_rounds_in_one_lease_compare_medians(fake):
+    fake += [_line("c", "1x16 Liger", v, 4.8) for v in (900.0, 1000.0, 1300.0)]
+    fake += [_line("c", "1x16 Liger, dropout 0", v, 4.7, dropout=0.0) for v in (1100.0, 950.0, 1200.0)]
+    t = tries.tried("1x16 Liger, dropout 0")
+    assert t.run == "c" and t.count == 3 and t.speed_ratio == pytest.approx(1100 / 1000)
+    assert tries.tried("1x16 Liger, dropout 0", "a").speed_ratio == pytest.approx(1000 / 800)
+    assert [(r.variant, r.run) for r in tries.rows()].count(("1x16 Liger", "c")) == 1  # a row per lease, not per round

@@ -294,3 +294,32 @@ def test_every_name_imported_from_the_estimator_is_there():
     assert {"estimate", "expected_memory_table", "model_shapes", "get_hardware"} <= wanted  # the scan works
     assert not sorted(wanted - set(dir(E)))
 
+
+
+def test_without_dropout_lora_keeps_each_shared_input_once_to_the_byte():
+    """lora_dropout=0: q/k/v (and gate/up) read one tensor, kept once; o_proj's input is the attention's output."""
+    from course_utils.estimate import estimate
+    from course_utils.measure import run_here
+    from course_utils.recipe import Recipe
+
+    targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    r = Recipe(model="tiny", micro_batch=2, max_seq_length=64, steps=3, warmup_steps=1, lora_dropout=0.0,
+               lora_targets=targets, label="no dropout, every linear")
+    m, e = run_here(r), estimate(r, hardware="cpu")
+    assert m.peak_bytes == e.peak_bytes and m.peak_by_category == {**m.peak_by_category, **e.by_category}
+    with_dropout = estimate(r.with_(lora_dropout=0.05), hardware="cpu")
+    assert with_dropout.by_category["activations"] > e.by_category["activations"]
+
+
+def test_the_h200_tries_measured_what_dropout_0_saves():
+    """The H200's 16x1 step with and without LoRA dropout (shipped tries, one lease): the estimate's difference is
+    the tracker's, to its 0.1 MiB rounding."""
+    from course_utils import tries
+    from course_utils.common import MiB
+    from course_utils.estimate import estimate
+    from course_utils.recipe import Recipe
+
+    lines = {d["variant"]: d for d in tries.records() if d["run"] == "tries-20261202-0434"}
+    a, b = lines["16x1 offload"], lines["16x1 offload, dropout 0"]
+    ea, eb = (estimate(Recipe(**d["recipe"]), hardware="gpu").peak_bytes / MiB for d in (a, b))
+    assert ea - eb == pytest.approx(a["tracked_peak_mib"] - b["tracked_peak_mib"], abs=0.1)

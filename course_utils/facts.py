@@ -17,6 +17,7 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   toward(label, run="", peak=None)  that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
   matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
   tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/tries.py)
+  profiled(label)                   where that recipe's step time went under torch.profiler (tries.profiled)
   flops(recipe), floor(recipe)      FLOPs per token and memory floor of a recipe (course_utils.limits)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
@@ -282,12 +283,12 @@ def namespace() -> dict:
     from .lessons import tf32_run as tf32
     from .limits import flops_per_token, measured_peak, memory_floor
     from .recipe import Recipe
-    from .tries import spread, tried
+    from .tries import profiled, spread, tried
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
-                matmul=measured_peak, tried=tried, spread=spread,
+                matmul=measured_peak, tried=tried, spread=spread, profiled=profiled,
                 floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 

@@ -143,3 +143,20 @@ def table(model: str = "llama-3.1-8b"):
              "measured in the same lease (its start, UTC)")
     return Table(columns, body, title=title)
 
+
+
+@functools.lru_cache(maxsize=None)
+def _profiles(model: str) -> tuple:
+    path = shipped("reference", "beyond", "tries", f"profile-{model}.jsonl")
+    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+
+
+def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
+    """Where one optimizer step's time went under torch.profiler (scripts/profile_step.py on the H200, 2026-12-01;
+    measurements/profile-20261201/): step_s, kernel_s (the GPU's kernels, summed), gpu_busy (their share of the
+    step) and by_kind (seconds by kind of kernel). The profiler slows the host, most at 1x16 (many small ops): read
+    the shares, not the speed. Shipped without that day's FLOPs arithmetic, which course_utils.limits replaces."""
+    found = [d for d in _profiles(model) if d["label"] == label]
+    if not found:
+        raise KeyError(f"no shipped profile of {label!r}; there are: {[d['label'] for d in _profiles(model)]}")
+    return found[-1]

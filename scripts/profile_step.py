@@ -63,6 +63,8 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
     from course_utils.estimate import model_shapes
     from course_utils.hardware import release_memory
     from course_utils.limits import flops_per_token
+    from course_utils.measure import _env_dict
+    from course_utils.provenance import environment
 
     recipe = recipe.with_(steps=steps, warmup_steps=min(recipe.warmup_steps, steps - 1), label=recipe.label)
     state: dict = {}
@@ -107,7 +109,7 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
                    by_kind={k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
                    flops_per_token=flops, peak_tflops=peak_tflops,
                    limit_tokens_per_s=round(peak_tflops * 1e12 / f.total),
-                   device=torch.cuda.get_device_name(), torch=torch.__version__,
+                   device=torch.cuda.get_device_name(), torch=torch.__version__, env=_env_dict(environment()),
                    date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(sys.argv))
     del built, prof
     release_memory()

@@ -104,3 +104,15 @@ def test_rounds_in_one_lease_compare_medians(fake):
     assert t.run == "c" and t.count == 3 and t.speed_ratio == pytest.approx(1100 / 1000)
     assert tries.tried("1x16 Liger, dropout 0", "a").speed_ratio == pytest.approx(1000 / 800)
     assert [(r.variant, r.run) for r in tries.rows()].count(("1x16 Liger", "c")) == 1  # a row per lease, not per round
+
+
+def test_the_shipped_profile_says_where_the_step_time_went():
+    for label in ("fast recipe (16x1)", "+ Liger kernels", "fast, embeddings + activations on CPU (16x1)"):
+        p = tries.profiled(label)
+        assert p["device"] == "NVIDIA H200" and p["date"] and p["command"] and p["versions"]["torch"] == "2.11.0"
+        assert p["gpu_busy"] == pytest.approx(p["kernel_s"] / p["step_s"], abs=0.001)
+        assert sum(p["by_kind"].values()) == pytest.approx(p["kernel_s"], abs=0.01)
+        assert "flops_per_token" not in p  # that day's arithmetic is not shipped: course_utils.limits has it
+    assert tries.profiled("+ Liger kernels")["gpu_busy"] < 0.5 < tries.profiled("fast recipe (16x1)")["gpu_busy"]
+    with pytest.raises(KeyError, match="there are:"):
+        tries.profiled("source recipe (1x16)")  # the call ended before its profile

@@ -71,17 +71,21 @@ SAME_INPUT = {"q_proj": "attention input", "k_proj": "attention input", "v_proj"
 def lora_piece(x: Setup, first_layer: bool = False, only: tuple[str, ...] | None = None) -> Piece:
     """LoRA keeps, per adapted linear: the dropout mask, lora_A's input and lora_A's output (only: these linears).
     Without dropout (lora_dropout=0: peft's Identity) lora_A's input is the base linear's own input, the very
-    tensor: q, k and v read one, kept once; gate and up another; o_proj's is the attention's output, which the
-    fused kernels keep already (the math kernel does not). Measured to the byte on a CPU (tests/test_estimate.py)
+    tensor when nothing casts it (LoRA weights, and for q/k/v and gate/up the norm's output, in the matmuls'
+    dtype): q, k and v read one, kept once; gate and up another; o_proj's is the attention's output, which the
+    fused kernels keep already (the math kernel copies it first). Measured to the byte on a CPU (tests/test_estimate.py)
     and on the H200 (course_utils/reference/beyond/tries/: 16x1, 192 MiB less than each linear keeping its own)."""
-    recipe, c, r = x.recipe, x.dtypes.compute, x.recipe.lora_r
+    recipe, c, r, d = x.recipe, x.dtypes.compute, x.recipe.lora_r, x.dtypes
     total, parts, kept = 0, [], set()
     shapes = [(n, i, o) for n, i, o in lora_shapes(recipe, x.shapes) if only is None or n in only]
+    # the very tensor, only when nothing casts it on the way to lora_A: autocast (a norm output in another dtype
+    # than the matmuls') or peft (LoRA weights in another dtype than the input) makes a copy per linear
+    uncast = recipe.lora_dropout == 0 and d.lora == c
     for name, i, _ in shapes:
         has_mask = recipe.lora_dropout > 0 and not (first_layer and name in ATTENTION_INPUTS)
-        m = x.dtypes.mask if has_mask else 0
+        m = d.mask if has_mask else 0
         source = SAME_INPUT.get(name, name)
-        shared = recipe.lora_dropout == 0 and (source in kept or (name == "o_proj" and x.kernel != "math"))
+        shared = uncast and ((source in kept and d.norm_out == c) or (name == "o_proj" and x.kernel != "math"))
         kept.add(source)
         total += (0 if shared else i * (c + m)) + r * c
         parts.append(f"{r} x {c}" if shared else f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")

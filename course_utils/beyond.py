@@ -443,7 +443,8 @@ def toward_the_limit(measurements: list, peak_flops: float | None = None, table:
     peak = peak_flops if peak_flops is not None else datasheet_peak(device, first.precision or "bf16")
     out = f.lines()
     if peak:
-        where = "as given" if peak_flops is not None else f"the {device} datasheet's dense {first.precision or 'bf16'} peak"
+        precision = first.precision or "bf16"
+        where = "as given" if peak_flops is not None else f"the {device} datasheet's dense {precision} peak"
         try:
             rate = measured_peak(device, first.precision or "bf16")
             measured = (f"scripts/peak_matmul.py measured {rate.tflops:,.1f} TFLOP/s on an {device} ({rate.size}-cube "

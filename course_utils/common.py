@@ -24,6 +24,13 @@ def shipped(*parts: str) -> Path:
     return Path(__file__).resolve().parent.joinpath(*parts)
 
 
+def json_lines(text: str) -> list[dict]:
+    """The JSON objects of a JSON-lines text, one a line (blank lines skipped): the shipped records' format."""
+    import json
+
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 # The shipped instruction data (course_utils/data), used when the hub's datasets cannot be reached.
 SHIPPED_DATA = shipped("data", "instructions.jsonl")
 

@@ -283,12 +283,12 @@ def namespace() -> dict:
     from .lessons import tf32_run as tf32
     from .limits import flops_per_token, measured_peak, memory_floor
     from .recipe import Recipe
-    from .tries import profiled, spread, tried
+    from .tries import profiled, tried
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
-                matmul=measured_peak, tried=tried, spread=spread, profiled=profiled,
+                matmul=measured_peak, tried=tried, profiled=profiled,
                 floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 

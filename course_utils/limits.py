@@ -139,13 +139,10 @@ class Peak:
 def measured_peak(device: str = "NVIDIA H200", dtype: str = "bf16") -> Peak:
     """The fastest shipped matmul rate of `device` in `dtype` (reference/beyond/tries/peak-matmul.jsonl, written by
     scripts/peak_matmul.py with the GPU's driver, CUDA, library versions, date and command)."""
-    import json
-
-    from .common import shipped
+    from .common import json_lines, shipped
 
     path = shipped("reference", "beyond", "tries", "peak-matmul.jsonl")
-    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    found = [d for d in found if d["device"] == device and d["dtype"] == dtype]
+    found = [d for d in json_lines(path.read_text()) if d["device"] == device and d["dtype"] == dtype]
     if not found:
         raise KeyError(f"no shipped {dtype} matmul rate of {device!r} ({path}); scripts/peak_matmul.py measures one")
     d = max(found, key=lambda d: d["tflops"])
@@ -179,8 +176,8 @@ class Floor:
 
 
 def memory_floor(recipe: Recipe, shapes=None) -> Floor:
-    """The recipe's weights at their narrowest storage on a CUDA GPU (a LoRA recipe's frozen base; a full
-    fine-tune's trained weights, its gradients and optimizer states on top): the 4-bit linears (NF4, as the recipe
+    """The recipe's weights at their narrowest storage on a CUDA GPU (a LoRA recipe's frozen base, a full
+    fine-tune's trained weights; gradients and optimizer states are not in the floor): the 4-bit linears (NF4, as the recipe
     quantizes them: estimate.nf4_bytes, per tensor) or bf16 ones, and the unquantized tables in bf16 (whatever
     the recipe upcasts: the floor is what the step cannot do without). The input embeddings count only when
     they are on the GPU (not with offload_embeddings, unless tied to the LM head)."""

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import shipped
+from .common import json_lines, shipped
 from .hardware import PROFILES
 from .limits import Flops, flops_per_token  # one token's FLOPs as the course counts them; the budget reads .per_token
 from .recipe import Recipe
@@ -83,7 +83,7 @@ def records(path: Path = RECORDS, usable=None) -> list[dict]:
 @functools.lru_cache(maxsize=4)
 def _parsed(text: str) -> list[dict]:
     """The records of a file's text, parsed once per text (facts.py reads them for every T4 figure it renders)."""
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json_lines(text)
 
 
 def record_for(notebook: str, variant: str = "small", path: Path = RECORDS, usable=None) -> dict:

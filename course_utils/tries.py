@@ -11,16 +11,16 @@ recompiles), the recipe, the GPU and library versions, the date and the command.
     from course_utils import tries
     tries.table()                       # every variant against its baseline in the same lease (a Table)
     tries.tried("16x1 offload, dropout 0").speed_ratio
+    tries.profiled("+ Liger kernels")["gpu_busy"]   # where that step's time went, under torch.profiler
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass
 
-from .common import shipped
+from .common import json_lines, shipped
 
 # the recipe each variant changes, by its batching (the variant's name starts with it)
 BASELINES = {"1x16": "1x16 Liger", "16x1": "16x1 offload"}
@@ -32,7 +32,7 @@ def records(model: str = "llama-3.1-8b") -> tuple:
     path = shipped("reference", "beyond", "tries", f"{model}.jsonl")
     if not path.exists():
         raise FileNotFoundError(f"no shipped tries for {model!r} ({path}); scripts/try_step_changes.py measures them")
-    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return tuple(json_lines(path.read_text()))
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,12 @@ class Tried:
     status: str
     allocated_gib: float | None
     tokens_per_s: float | None
-    baseline: str
+    baseline: str | None  # None: the lease has no finished run of it (then no ratios)
     memory_ratio: float | None  # allocated / the baseline's, in the same run
     speed_ratio: float | None  # tokens/s / the baseline's, in the same run
     same_training: bool | None  # same LoRA dropout as the baseline (and the peer); None: the record has no recipe
     what: str  # what torch.compile did, or why the run failed
-    date: str
+    date: str | None
     count: int = 1  # the variant's runs in this lease (scripts/try_step_changes.py --rounds): medians of them
 
 
@@ -94,16 +94,19 @@ def tried(variant: str, run: str | None = None, model: str = "llama-3.1-8b") -> 
     if name is None:
         raise KeyError(f"try {variant!r} names no batching with a baseline ({sorted(BASELINES)})")
     bases = [b for b in records(model) if b["variant"] == name and b["run"] == d["run"] and b["status"] == "ok"]
-    if not bases:
-        raise KeyError(f"lease {d['run']} has no run of {variant!r}'s baseline {name!r} to compare it with")
     ok = any(x["status"] == "ok" for x in same)
     d = same[-1]
-    speed, base_speed = _median(same, "tokens_per_s"), _median(bases, "tokens_per_s")
-    gib, base_gib = _median(same, "allocated_gib"), _median(bases, "allocated_gib")
-    return Tried(d["run"], variant, d["status"], gib if ok else None, speed if ok else None, name,
-                 gib / base_gib if ok else None, speed / base_speed if ok else None,
-                 d["recipe"]["lora_dropout"] == bases[-1]["recipe"]["lora_dropout"] if "recipe" in d else None,
-                 _what(d), d.get("date") or bases[-1]["date"], len(same))
+    speed, gib = (_median(same, k) if ok else None for k in ("tokens_per_s", "allocated_gib"))
+    base_speed, base_gib = (_median(bases, k) for k in ("tokens_per_s", "allocated_gib"))
+    what = _what(d) if bases else "; ".join(filter(None, [_what(d), f"no finished {name} in this lease"]))
+    dropout = d["recipe"]["lora_dropout"] if "recipe" in d and bases else None
+    same_training = None if dropout is None else dropout == bases[-1]["recipe"]["lora_dropout"]
+    return Tried(d["run"], variant, d["status"], gib, speed, name if bases else None, _ratio(gib, base_gib),
+                 _ratio(speed, base_speed), same_training, what, d.get("date"), len(same))
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    return value / base if value and base else None
 
 
 def _median(lines: list, key: str) -> float | None:
@@ -117,14 +120,6 @@ def rows(model: str = "llama-3.1-8b") -> list[Tried]:
     """Every shipped try (baselines included) against its baseline, once per lease, in the order they first ran."""
     seen = dict.fromkeys((d["variant"], d["run"]) for d in records(model))
     return [tried(variant, run, model) for variant, run in seen]
-
-
-def spread(variant: str, model: str = "llama-3.1-8b") -> tuple[float, float]:
-    """(lowest, highest) tokens/s of `variant` over the shipped runs: how much the same recipe moves."""
-    speeds = [d["tokens_per_s"] for d in records(model) if d["variant"] == variant and d["status"] == "ok"]
-    if not speeds:
-        raise KeyError(f"no run of {variant!r} that finished")
-    return min(speeds), max(speeds)
 
 
 def table(model: str = "llama-3.1-8b"):
@@ -144,11 +139,10 @@ def table(model: str = "llama-3.1-8b"):
     return Table(columns, body, title=title)
 
 
-
 @functools.lru_cache(maxsize=None)
 def _profiles(model: str) -> tuple:
     path = shipped("reference", "beyond", "tries", f"profile-{model}.jsonl")
-    return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return tuple(json_lines(path.read_text()))
 
 
 def profiled(label: str, model: str = "llama-3.1-8b") -> dict:

@@ -5,25 +5,32 @@ warm-up, tracked step, median of the timed steps), and prints one JSON line.
     python scripts/try_step_changes.py --out tries.jsonl [--steps 6] [--only NAME] [--run-id NAME] [--rounds 2]
     python scripts/try_step_changes.py --model tiny --steps 4 --out tries.jsonl   # on a CPU: a smoke test
 
-Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step):
-- "1x16 Liger": notebook 08's "+ Liger kernels" recipe (1x16), as shipped;
-- "1x16 Liger, dropout 0": the same with lora_dropout=0 (peft then runs no dropout kernels, forward or back);
-- "1x16 Liger, compiled layers": each decoder layer compiled with torch.compile (regional compilation:
-  one graph per layer, reused by all of them), checkpointing around the compiled layer as before;
-- "..., compiled layers, CUDA graphs": the same compiled with mode="reduce-overhead" (each layer's kernels replayed as
-  CUDA graphs: the 1x16 step is bound by the host launching kernels, measurements/profile-20261201);
-- "..., every 2nd layer checkpointed": checkpointing that recomputes less (transformers 5's every_n_layers=2: half
+Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step; `--only` takes the
+names, the script lists them when one is unknown):
+- "1x16 Liger": notebook 08's "+ Liger kernels" recipe (1x16), as shipped; "16x1 offload": its fast recipe with
+  embeddings and activations on CPU (16x1). They are the baselines course_utils.tries compares the others with.
+- ", compiled layers": each decoder layer compiled with torch.compile (regional compilation: one graph, shared by
+  the layers), checkpointing around the compiled layer as before; ", CUDA graphs": compiled with
+  mode="reduce-overhead" (each layer's kernels replayed as CUDA graphs: the 1x16 step is bound by the host launching
+  kernels, measurements/profile-20261201);
+- ", no Liger": the same without Liger's kernels, which torch.compile cannot enter (Liger 0.8.5 calls its RoPE
+  through a torch.compiler.disable'd dispatch(): on the H200 a compiled layer with Liger broke there and made no
+  graph), so that torch.compile fuses RMSNorm, SwiGLU and RoPE itself;
+- ", every 2nd layer checkpointed": checkpointing that recomputes less (transformers 5's every_n_layers=2: half
   the decoder layers keep their activations instead of recomputing them);
-- the same for the fast recipe with embeddings and activations on CPU (16x1).
+- ", dropout 0": lora_dropout=0 (peft then runs no dropout kernels and keeps no dropped-out copies): other
+  training than the source recipe's and the peer's (0.05).
 Compilation time falls in the warm-up step, which is not timed. Each RESULT line also counts what torch.compile did
-(torch._dynamo's counters: frames compiled, graphs, graph breaks, recompiles).
+(torch._dynamo's counters: frames compiled, graphs, graph breaks, recompiles). One lease is one --run-id: give every
+invocation of a device call (or of back-to-back calls) the same one, since tries compares only within a run.
 
 Checked on a CPU (2026-12-02, torch 2.13, bitsandbytes 0.50.2, peft 0.21.2, transformers 5.24.0) with the tiny model,
 `--model tiny`, which runs the same variants as notebook 08's CPU recipes with the CUDA-only changes (Liger, activation
 offloading) off: each compiled decoder layer is one graph with no graph break (the checkpoint is captured as
 torch's tag_activation_checkpoint, bitsandbytes' 4-bit matmuls as its custom ops inside), one graph shared by every
-layer, no recompiles over the steps, the losses those of the uncompiled run. Not checked: Liger's Triton kernels and
-trl's activation offloading inside a compiled layer (CUDA only).
+layer, no recompiles over the steps, the losses those of the uncompiled run. On the H200 (2026-12-02,
+course_utils/reference/beyond/tries/): Liger inside a compiled layer (no graph), CUDA graphs (failed in the backward
+pass), trl's activation offloading around compiled layers (ran: one graph, no break).
 """
 
 from __future__ import annotations
@@ -141,6 +148,14 @@ def child(name: str, steps: int, model: str = "llama-3.1-8b", run_id: str = "") 
                                       recipe=recipe.to_dict(), env=m.env, date=m.date, command=m.command)), flush=True)
 
 
+def _env() -> dict:
+    """The machine as a measurement records it (GPU, driver, CUDA, versions), for a line whose run wrote none."""
+    from course_utils.measure import _env_dict
+    from course_utils.provenance import environment
+
+    return _env_dict(environment())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -149,7 +164,8 @@ def main() -> int:
     ap.add_argument("--only", action="append")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--run-id", help="names this lease in every line (course_utils.tries compares a variant only with "
-                    "its baseline of the same run); default: tries-<UTC date and time>")
+                    "its baseline of the same run: give every invocation in one lease the same id); default: "
+                    "tries-<UTC date and time> of this invocation")
     ap.add_argument("--rounds", type=int, default=1, help="run the variants this many times, interleaved (A B A B): "
                     "a 1x16 step moves by about a tenth between processes, and course_utils.tries takes the median")
     ap.add_argument("--child")
@@ -166,7 +182,8 @@ def main() -> int:
     for name in [n for _ in range(max(1, a.rounds)) for n in names]:
         cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out,
                "--run-id", run_id]
-        failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict())  # a failed line says what it ran
+        failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict(), env=_env(),  # what it ran, where
+                      date=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), command=" ".join(cmd[1:]))
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
             lines = [ln[7:] for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]

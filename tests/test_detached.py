@@ -31,7 +31,8 @@ def test_waiting_stops_at_its_limit_and_says_the_job_still_runs(tmp_path):
     run("start", "--name", "long", "--dir", jobs, "--", sys.executable, "-c", "import time; time.sleep(60)")
     pid = int((jobs / "long.pid").read_text())
     try:
-        waited = run("wait", "--name", "long", "--dir", jobs, "--for", 1, "--copy", tmp_path / "nothing", tmp_path / "x")
+        nothing = tmp_path / "nothing"
+        waited = run("wait", "--name", "long", "--dir", jobs, "--for", 1, "--copy", nothing, tmp_path / "x")
         assert waited.returncode == 3 and "long: still running" in waited.stdout
         assert "nothing at" in waited.stdout and not (tmp_path / "x").exists()
         assert os.getsid(pid) == pid  # a session of its own: the device call's end does not take it down

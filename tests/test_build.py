@@ -125,6 +125,17 @@ def test_build_returns_a_training_lora_model(built_fp32):
     assert b.notes == []
 
 
+def test_every_micro_batch_is_full_of_real_tokens(built_fp32):
+    """trl's wrapped packing: each row is max_seq_length tokens of text, no padding, so padding-free batching (issue
+    16's last candidate) has nothing to take out of these recipes' steps."""
+    b, r = built_fp32, built_fp32.recipe
+    pad = b.tokenizer.pad_token_id
+    for i, batch in zip(range(3), b.trainer.get_train_dataloader()):
+        assert tuple(batch["input_ids"].shape) == (r.micro_batch, r.max_seq_length), i
+        assert pad is None or not (batch["input_ids"] == pad).any()
+        assert "attention_mask" not in batch or bool(batch["attention_mask"].all())
+
+
 def test_auto_precision_is_noted(tiny_model, monkeypatch):
     monkeypatch.setattr(hardware, "device_type", lambda: "cpu")
     monkeypatch.setattr(build_mod, "device_type", lambda: "cpu")

@@ -42,3 +42,8 @@ def environment() -> Environment:
     """Read the current environment."""
     here = machine()
     return Environment(**{**asdict(here), "versions": {**here.versions, **course_versions()}})
+
+
+def environment_record() -> dict:
+    """The current environment as every shipped record stores it (a Measurement's `env`; the scripts' lines)."""
+    return asdict(environment())

@@ -27,12 +27,17 @@ BASELINES = {"1x16": "1x16 Liger", "16x1": "16x1 offload"}
 
 
 @functools.lru_cache(maxsize=None)
+def _shipped_lines(name: str, made_by: str) -> tuple:
+    """The lines of reference/beyond/tries/<name>, read once."""
+    path = shipped("reference", "beyond", "tries", name)
+    if not path.exists():
+        raise FileNotFoundError(f"nothing shipped at {path}; scripts/{made_by} measures it")
+    return tuple(json_lines(path.read_text()))
+
+
 def records(model: str = "llama-3.1-8b") -> tuple:
     """The shipped tries of `model`, in the order they ran (each a dict, as try_step_changes.py wrote it)."""
-    path = shipped("reference", "beyond", "tries", f"{model}.jsonl")
-    if not path.exists():
-        raise FileNotFoundError(f"no shipped tries for {model!r} ({path}); scripts/try_step_changes.py measures them")
-    return tuple(json_lines(path.read_text()))
+    return _shipped_lines(f"{model}.jsonl", "try_step_changes.py")
 
 
 @dataclass(frozen=True)
@@ -139,18 +144,13 @@ def table(model: str = "llama-3.1-8b"):
     return Table(columns, body, title=title)
 
 
-@functools.lru_cache(maxsize=None)
-def _profiles(model: str) -> tuple:
-    path = shipped("reference", "beyond", "tries", f"profile-{model}.jsonl")
-    return tuple(json_lines(path.read_text()))
-
-
 def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
     """Where one optimizer step's time went under torch.profiler (scripts/profile_step.py on the H200, 2026-12-01;
     measurements/profile-20261201/): step_s, kernel_s (the GPU's kernels, summed), gpu_busy (their share of the
     step) and by_kind (seconds by kind of kernel). The profiler slows the host, most at 1x16 (many small ops): read
     the shares, not the speed. Shipped without that day's FLOPs arithmetic, which course_utils.limits replaces."""
-    found = [d for d in _profiles(model) if d["label"] == label]
+    shipped_profiles = _shipped_lines(f"profile-{model}.jsonl", "profile_step.py")
+    found = [d for d in shipped_profiles if d["label"] == label]
     if not found:
-        raise KeyError(f"no shipped profile of {label!r}; there are: {[d['label'] for d in _profiles(model)]}")
+        raise KeyError(f"no shipped profile of {label!r}; there are: {[d['label'] for d in shipped_profiles]}")
     return found[-1]

@@ -52,10 +52,9 @@ def measure(size: int, dtype: str, repeats: int, warmup: int) -> dict:
 def provenance(argv: list[str] | None = None) -> dict:
     """The machine as every shipped run records it (course_utils.provenance.environment: GPU, driver, CUDA, library
     versions), the GPU's name on its own, the date (UTC) and the command (its arguments: `argv`, else sys.argv's)."""
-    from course_utils.measure import _env_dict
-    from course_utils.provenance import environment
+    from course_utils.provenance import environment_record
 
-    env = _env_dict(environment())
+    env = environment_record()
     return dict(device=env["device"], env=env, date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 command=" ".join(["scripts/peak_matmul.py", *(sys.argv[1:] if argv is None else argv)]))
 

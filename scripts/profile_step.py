@@ -62,9 +62,8 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
     from course_utils.build import build
     from course_utils.estimate import model_shapes
     from course_utils.hardware import release_memory
-    from course_utils.limits import flops_per_token
-    from course_utils.measure import _env_dict
-    from course_utils.provenance import environment
+    from course_utils.limits import flops_per_token, limit_tokens_per_s
+    from course_utils.provenance import environment_record
 
     recipe = recipe.with_(steps=steps, warmup_steps=min(recipe.warmup_steps, steps - 1), label=recipe.label)
     state: dict = {}
@@ -108,8 +107,8 @@ def profile_one(recipe, steps: int, out: Path, peak_tflops: float) -> dict:
                    kernel_s=round(kernel_us / 1e6, 3), gpu_busy=round(kernel_us / 1e6 / step_s, 3),
                    by_kind={k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
                    flops_per_token=flops, peak_tflops=peak_tflops,
-                   limit_tokens_per_s=round(peak_tflops * 1e12 / f.total),
-                   device=torch.cuda.get_device_name(), torch=torch.__version__, env=_env_dict(environment()),
+                   limit_tokens_per_s=round(limit_tokens_per_s(recipe, peak_tflops * 1e12)),
+                   device=torch.cuda.get_device_name(), torch=torch.__version__, env=environment_record(),
                    date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(sys.argv))
     del built, prof
     release_memory()

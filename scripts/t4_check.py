@@ -220,8 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from course_utils.hardware import active_profile
-    from course_utils.measure import _env_dict
-    from course_utils.provenance import environment
+    from course_utils.provenance import environment_record
 
     if not torch.cuda.is_available() or active_profile() is None:
         print("t4_check needs a CUDA GPU to stand in for the T4", file=sys.stderr)
@@ -238,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [(nb, v) for v in args.variants.split(",") for nb in notebooks(args.notebooks)]
     if args.jobs:
         jobs = [(notebooks(n)[0], v) for n, v in (job.split(":") for job in args.jobs.split(","))]
-    env, run_id = _env_dict(environment()), f"t4-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+    env, run_id = environment_record(), f"t4-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
     provenance = dict(run_id=run_id, env=env, date=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                       command="python scripts/t4_check.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                       profile=active_profile().label)

@@ -148,14 +148,6 @@ def child(name: str, steps: int, model: str = "llama-3.1-8b", run_id: str = "") 
                                       recipe=recipe.to_dict(), env=m.env, date=m.date, command=m.command)), flush=True)
 
 
-def _env() -> dict:
-    """The machine as a measurement records it (GPU, driver, CUDA, versions), for a line whose run wrote none."""
-    from course_utils.measure import _env_dict
-    from course_utils.provenance import environment
-
-    return _env_dict(environment())
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -174,6 +166,8 @@ def main() -> int:
     if a.child:
         child(a.child, a.steps, a.model, run_id)
         return 0
+    from course_utils.provenance import environment_record
+
     every = variants(a.steps, a.model)
     names = a.only or list(every)
     unknown = [n for n in names if n not in every]
@@ -182,7 +176,7 @@ def main() -> int:
     for name in [n for _ in range(max(1, a.rounds)) for n in names]:
         cmd = [sys.executable, __file__, "--child", name, "--steps", str(a.steps), "--model", a.model, "--out", a.out,
                "--run-id", run_id]
-        failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict(), env=_env(),  # what it ran, where
+        failed = dict(run=run_id, variant=name, recipe=every[name][0].to_dict(), env=environment_record(),  # what it ran, where
                       date=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()), command=" ".join(cmd[1:]))
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)

@@ -100,7 +100,6 @@ def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
     import torch
 
     import course_utils.hardware
-    import course_utils.measure
     import course_utils.provenance
 
     check = _script("t4_check")
@@ -109,8 +108,7 @@ def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a stand-in GPU")
     monkeypatch.setattr(course_utils.hardware, "active_profile", lambda: type("P", (), {"label": "T4 profile"})())
-    monkeypatch.setattr(course_utils.measure, "_env_dict", lambda env: {})
-    monkeypatch.setattr(course_utils.provenance, "environment", lambda: None)
+    monkeypatch.setattr(course_utils.provenance, "environment_record", lambda: {})
     monkeypatch.setitem(main.__globals__, "preflight", lambda: time.sleep(1.5) or "")
     record = dict(ran_through=True, wall_s=0.0, precisions=[], card_peak_gib=0.0, first_failure="")
     monkeypatch.setitem(main.__globals__, "check_one", lambda nb, variant, *a: limits.append(a[3]) or

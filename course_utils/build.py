@@ -368,6 +368,8 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     finally:
         datasets.enable_progress_bars()
     check_packed(recipe, len(trainer.train_dataset))
+    if whole_steps(len(trainer.train_dataset), recipe) < len(trainer.train_dataset):
+        trainer.train_dataset = trainer.train_dataset.select(range(whole_steps(len(trainer.train_dataset), recipe)))
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # the losses are recorded, not printed
@@ -406,6 +408,14 @@ def _packed_key(data, tokenizer, args) -> tuple | None:
             *(str(getattr(args, name)) for name in (
                 "max_length", "packing", "packing_strategy", "dataset_text_field", "shuffle_dataset", "seed",
                 "truncation_mode", "assistant_only_loss", "completion_only_loss", "padding_free", "dataset_kwargs")))
+
+
+def whole_steps(blocks: int, recipe: Recipe) -> int:
+    """How many of `blocks` packed blocks a run trains on: whole optimizer steps (micro_batch x grad_accum blocks
+    each) when the data holds one. With a remainder, 1 x 16 would end each epoch on a short step of the leftover
+    blocks while 16 x 1 drops them (dataloader_drop_last), and from there on the two would train on other data."""
+    per_step = recipe.micro_batch * recipe.grad_accum
+    return blocks - blocks % per_step if blocks >= per_step else blocks
 
 
 def check_packed(recipe: Recipe, sequences: int) -> None:

@@ -13,7 +13,7 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   peer(batch, name="unsloth")       a peer stack's runs (reference/beyond/peers/, measured; else peers.json)
   planner(model, budget, hardware)  course_utils.plan.plan(...): its rows, its pick (with .speed)
   accuracy()                        the estimate against every GPU reference run (scripts/estimator_accuracy.py)
-  curves(run="")                    how notebook 08's loss curves agree with the source recipe's
+  curves(run="", label=None)        how notebook 08's loss curves agree with the source recipe's
   toward(label, run="", peak=None)  that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
   matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
   tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/tries.py)
@@ -257,13 +257,21 @@ def accuracy() -> Accuracy:
     return Accuracy()
 
 
-def curves(run: str = "", model: str = "llama-3.1-8b") -> SimpleNamespace:
+def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None) -> SimpleNamespace:
     """Notebook 08's loss curves against the source recipe's in one shipped run: .max_gap (the largest gap of
-    any recipe's per-step loss from the source's), .fall (how far the source's loss fell), .steps."""
+    any recipe's per-step loss from the source's), .fall (how far the source's loss fell), .steps; with `label`,
+    that recipe's (in run "peer-run" the peer's too) with .apart_from, the first step more than
+    beyond.LOSSES_APART from the source's (None: none)."""
     from . import beyond
 
-    ms = beyond.reference(model, run)
+    ms = beyond.reference(model, run) + (beyond.peer_reference(model) if run == "peer-run" else [])
     src = next(m for m in ms if m.label.startswith("source"))
+    if label is not None:
+        found = beyond.by_label(ms)
+        if label not in found:
+            raise FactError(f"no {run or 'side-by-side'} run labelled {label!r}; there are: {sorted(found)}")
+        a = beyond.loss_agreement(src, found[label])
+        return SimpleNamespace(max_gap=a["max_gap"], fall=a["fall_a"], steps=a["steps"], apart_from=a["apart_from"])
     agree = [beyond.loss_agreement(src, m) for m in ms if m is not src and len(m.losses) > 2]
     return SimpleNamespace(max_gap=max(a["max_gap"] for a in agree), fall=agree[0]["fall_a"],
                            steps=min(a["steps"] for a in agree))
@@ -412,6 +420,21 @@ def pinned(text: str) -> list[tuple[str, str, str]]:
         shown = value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
         out.append((m.group(1), shown, m.group(2).strip()))
     return out
+
+
+def refresh(text: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """`text` with every pinned figure rewritten as its source gives it now, and the (was, now, expression) of each
+    one that changed: after a new reference run, scripts/refresh_figures.py, then read the prose around them."""
+    changed = []
+
+    def one(m: re.Match) -> str:
+        value = render_value(m.group(2))
+        now = value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+        if now != m.group(1):
+            changed.append((m.group(1), now, m.group(2).strip()))
+        return f"{now}<!--{{{{{m.group(2)}}}}}-->"
+
+    return PINNED.sub(one, text), changed
 
 
 def unsourced(text: str) -> list[Unsourced]:

@@ -59,6 +59,22 @@ def defect(rec: dict) -> str:
     return DEFECTS.get((rec["notebook"], rec["variant"], rec["date"]), "")
 
 
+# Newest records whose default GPU path took longer than T4_LIMIT_S, and what the notebook cut since (not yet
+# re-checked): (notebook, variant, date) -> the change. tests/test_t4check.py accepts an over-limit record only
+# here, and an entry only while its record is the newest and over the limit: the next check settles it.
+OVER_LIMIT = {
+    ("07_complete_recipe", "small", "2026-12-02T06:51:57+00:00"):
+        "its default GPU path took longer than the 10-minute target; since then the chapter's script trains 3 steps "
+        "on a GPU instead of 8 and the source recipe's rung 4 steps instead of 6 (both 1 x 16, the slowest steps "
+        "of the notebook), not yet re-checked",
+}
+
+
+def over_limit(rec: dict) -> str:
+    """What changed since a record over T4_LIMIT_S (OVER_LIMIT), or ''."""
+    return OVER_LIMIT.get((rec["notebook"], rec["variant"], rec["date"]), "")
+
+
 T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4
 T4_PEAK_FLOPS = PROFILES["t4"].peak_flops
 
@@ -282,8 +298,9 @@ def markdown_table(path: Path = RECORDS) -> str:
                 t4 = f"{time_budget(nb, v, path).t4_s:.0f}"
             except T4CheckError:
                 t4 = "-"
-            mark = f" (note {len(notes) + 1})" if defect(rec) else ""
-            notes += [f"{len(notes) + 1}. {nb}, {VARIANTS[v]}: ran through, but {defect(rec)}."] if mark else []
+            why = defect(rec) or over_limit(rec)
+            mark = f" (note {len(notes) + 1})" if why else ""
+            notes += [f"{len(notes) + 1}. {nb}, {VARIANTS[v]}: ran through, but {why}."] if mark else []
             cells.append(f"{'yes' if rec['ran_through'] else 'no'}{mark}, {rec['wall_s']:.0f}, {t4}, "
                          f"{rec['card_peak_gib']:.2f}")
         rows.append(f"| {nb} | " + " | ".join(cells) + " |")

@@ -182,16 +182,15 @@ def report(args, done: list, peers: list) -> None:
     src = next((m for m in done if m.label.startswith("source")), None)
     lean = next((m for m in done if m.label.startswith("lean recipe")), None)
     fast = next((m for m in done if m.label.startswith("fast recipe")), None)
-    others = [m for m in done if m.label.startswith("fast,")]
     print()
-    for target, value, ok in beyond.target_checks(src, lean, fast) + beyond.peer_checks(done, peers):
+    for target, value, ok in beyond.target_checks(src, lean, fast):
         print(f"  {'MET ' if ok else 'MISSED'}  {target:<36}{value}")
-    if src is not None:
-        for other in [lean, fast] + others + peers:
-            if other is not None and len(other.losses) > 2:
-                a = beyond.loss_agreement(src, other)
-                print(f"  loss, {other.label} vs source over {a['steps']} steps: largest gap {a['max_gap']:.4f}, "
-                      f"mean gap {a['mean_gap']:.4f}; fell {a['fall_a']:.3f} (source) and {a['fall_b']:.3f}")
+    for line in beyond.peer_check_lines(done, peers):
+        print(f"  {line}")
+    table = beyond.loss_table(done + peers)
+    if table.rows:
+        print()
+        print(table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     import unsloth  # noqa: F401
     from transformers import AutoTokenizer
 
+    from course_utils.build import whole_steps
     from course_utils.measure import _startup_s
     from course_utils.results import ResultStore
 
@@ -270,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{recipe.label}: already in {args.out} ({done[-1].date}); --force measures it again", flush=True)
         return 0
     rows = packed_rows(AutoTokenizer.from_pretrained(model_dir), training_texts(), recipe.max_seq_length)
+    rows = rows[:whole_steps(len(rows), recipe)]  # as build(): whole optimizer steps, the same blocks at 1x16 and 16x1
     t_build = time.perf_counter()
     model, tokenizer = load_unsloth(model_dir, recipe)
     with tempfile.TemporaryDirectory(prefix="peer-unsloth-") as out_dir:

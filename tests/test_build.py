@@ -136,6 +136,19 @@ def test_every_micro_batch_is_full_of_real_tokens(built_fp32):
         assert "attention_mask" not in batch or bool(batch["attention_mask"].all())
 
 
+def test_one_x_sixteen_and_sixteen_x_one_train_on_the_same_blocks(tiny_model):
+    """The data holds whole optimizer steps, so 1 x 16 and 16 x 1 put the same blocks in every step, the last of
+    an epoch too (with a remainder, 1 x 16 ended the epoch on a short step that 16 x 1 dropped: the H200's 8-step
+    peer run diverged from step 6 on)."""
+    steps = {}
+    for mb, ga in ((1, 16), (16, 1)):
+        b = build(Recipe(micro_batch=mb, grad_accum=ga, max_seq_length=256, steps=3, warmup_steps=1))
+        assert len(b.trainer.train_dataset) % 16 == 0
+        rows = [tuple(r) for batch in b.trainer.get_train_dataloader() for r in batch["input_ids"].tolist()]
+        steps[mb] = [sorted(rows[i:i + 16]) for i in range(0, len(rows), 16)]
+    assert steps[1] == steps[16] and len(steps[1]) >= 5
+
+
 def test_auto_precision_is_noted(tiny_model, monkeypatch):
     monkeypatch.setattr(hardware, "device_type", lambda: "cpu")
     monkeypatch.setattr(build_mod, "device_type", lambda: "cpu")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the_shipped_records",
                     "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed"}
-TESTED_HERE = {"ladder-table", "beyond-table"}
+TESTED_HERE = {"ladder-table", "beyond-table", "peer-table"}
 
 
 def block(name: str) -> str:
@@ -35,6 +35,17 @@ def test_readme_beyond_table_is_the_shipped_run():
 
     ms = beyond.reference()
     assert block("beyond-table") == describe_reference(ms) + "\n\n```\n" + beyond.format_rows(beyond.rows(ms)) + "\n```"
+
+
+def test_readme_peer_table_is_the_shipped_peer_run():
+    """Issue 16's table: our recipes and the peer's from one run (one run id on every line), as shipped."""
+    from course_utils import beyond
+
+    ours, theirs = beyond.reference(run="peer-run"), beyond.peer_reference()
+    assert ours and theirs and len({m.run_id for m in ours + theirs}) == 1
+    assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in beyond.PEER_BATCHES}
+    assert block("peer-table") == beyond.peer_run_report()
+    assert "MISSED" in block("peer-table") or "MET" in block("peer-table")
 
 
 def test_readme_ladder_table_memory_is_the_estimate():

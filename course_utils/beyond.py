@@ -265,7 +265,8 @@ def loss_table(runs: list) -> Table:
 def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
     20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
-    run="plan-check" scripts/check_plan.py's run of the planner's picks, run="peer-run" our recipes measured beside
+    run="plan-check" scripts/check_plan.py's run of the planner's picks, run="whole-steps" the source and the fast
+    recipe again after build() kept to whole optimizer steps (8 steps), run="peer-run" our recipes measured beside
     the peer in the same leases (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart from the runs
     the estimator and the planner are checked on, which they repeat)."""
     from .results import shipped_results

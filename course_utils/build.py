@@ -410,11 +410,16 @@ def _packed_key(data, tokenizer, args) -> tuple | None:
                 "truncation_mode", "assistant_only_loss", "completion_only_loss", "padding_free", "dataset_kwargs")))
 
 
-def whole_steps(blocks: int, recipe: Recipe) -> int:
+def whole_steps(blocks: int, recipe: Recipe, world: int | None = None) -> int:
     """How many of `blocks` packed blocks a run trains on: whole optimizer steps (micro_batch x grad_accum blocks
-    each) when the data holds one. With a remainder, 1 x 16 would end each epoch on a short step of the leftover
-    blocks while 16 x 1 drops them (dataloader_drop_last), and from there on the two would train on other data."""
-    per_step = recipe.micro_batch * recipe.grad_accum
+    on each of the `world` processes; default: WORLD_SIZE, 1 without torchrun) when the data holds one. With a
+    remainder, 1 x 16 would end each epoch on a short step of the leftover blocks while 16 x 1 drops them
+    (dataloader_drop_last), and from there on the two would train on other data; so would 2 ranks of micro-batch 2
+    against one process of micro-batch 4 (another length, another shuffle)."""
+    import os
+
+    world = world if world is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    per_step = recipe.micro_batch * recipe.grad_accum * max(1, world)
     return blocks - blocks % per_step if blocks >= per_step else blocks
 
 

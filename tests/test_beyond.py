@@ -226,7 +226,8 @@ def test_beyond_script_prints_the_shipped_table(capsys, tmp_path):
     assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only",
                            "--peer-out", str(tmp_path / "no-peers.jsonl")]) == 0  # our table alone
     out = capsys.readouterr().out
-    assert out.count("MET ") == 5 and "MISSED" not in out and "loss, lean recipe (4x4) vs source" in out
+    assert out.count("MET ") == 5 and "MISSED" not in out
+    assert "lean recipe (4x4)   " in out.split("the source recipe's loss fell by")[1]  # the loss table's row
 
 
 # --- the peer in the benchmark (scripts/peer_unsloth.py, run by beyond_recipe.py --peers unsloth) ------------
@@ -403,7 +404,7 @@ def test_beyond_script_prints_the_peer_beside_the_shipped_table(tmp_path, capsys
     out = capsys.readouterr().out
     assert "(x peer)" in out and "Unsloth (16x1)" in out and "and against the peer" in out
     assert "16x1: allocated <= 0.85 x and tokens/s >= 1.05 x Unsloth (16x1)" in out
-    assert "loss, Unsloth (16x1) vs source" in out
+    assert "\nUnsloth (16x1)   " in out.split("the source recipe's loss fell by")[1]  # in the loss table
 
 
 def test_peer_wheel_is_stripped_with_a_record_that_lists_what_is_left(tmp_path):

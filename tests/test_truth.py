@@ -109,3 +109,12 @@ def test_the_tf32_reference_ships_with_provenance_and_the_text_follows_it():
 
 def runs_names() -> tuple[str, str]:
     return "LoRA fp32, no ckpt, 1x16", "LoRA fp32 + TF32, no ckpt, 1x16"
+
+
+def test_refresh_rewrites_a_stale_pinned_figure_and_says_which():
+    m = facts.ref("QLoRA 16x1")
+    now = f"{m.cuda_max_allocated / 2**30:.2f}"
+    expr = "{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}"
+    text, changed = facts.refresh(f"peaked at 1.23<!--{expr}--> GiB")
+    assert text == f"peaked at {now}<!--{expr}--> GiB" and changed == [("1.23", now, expr.strip("{} "))]
+    assert facts.refresh(text) == (text, []) and not facts.unsourced(text)

@@ -253,7 +253,8 @@ def loss_table(runs: list) -> Table:
         a = loss_agreement(src, m)
         table.append([m.label, a["steps"], a["max_gap"], a["mean_gap"], a["apart_from"] or "-", a["fall_b"]])
     return Table([Column("against the source recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
-                  Column("largest gap", short="largest\ngap", fmt=".4f"), Column("mean gap", short="mean\ngap", fmt=".4f"),
+                  Column("largest gap", short="largest\ngap", fmt=".4f"),
+                  Column("mean gap", short="mean\ngap", fmt=".4f"),
                   Column(f"apart (> {LOSSES_APART}) from step", short="apart\nfrom", align="right"),
                   Column("loss fell by", short="fell\nby", fmt=".3f")], table,
                  title=f"the source recipe's loss fell by {src.losses[0] - src.losses[-1]:.3f}" if src else "")
@@ -266,14 +267,20 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/beyond_recipe.py for `model` (empty when none ship): run="" is the
     20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
     run="plan-check" scripts/check_plan.py's run of the planner's picks, run="whole-steps" the source and the fast
-    recipe again after build() kept to whole optimizer steps (8 steps), run="peer-run" our recipes measured beside
-    the peer in the same leases (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart from the runs
-    the estimator and the planner are checked on, which they repeat)."""
+    recipe again after build() kept to whole optimizer steps (beyond/checks/, 8 steps), run="peer-run" our recipes
+    measured beside the peer in one run (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart
+    from the runs the estimator and the planner are checked on, which they repeat)."""
     from .results import shipped_results
 
     if run == "peer-run":
         return shipped_results("beyond/peers", f"ours-{model}.jsonl")
+    if run in CHECKS:
+        return shipped_results("beyond/checks", f"{run}-{model}.jsonl")
     return shipped_results("beyond", f"{run}-{model}.jsonl" if run else f"{model}.jsonl")
+
+
+# runs that check one thing again, kept in beyond/checks/: apart from the runs the estimator's accuracy counts
+CHECKS = ("whole-steps",)
 
 
 def by_label(measurements: list) -> dict:
@@ -358,10 +365,9 @@ def latest_peer_runs(measurements: list, name: str, model: str, steps: int, run_
     return out
 
 
-def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
-    """(target, what was measured, met?) at each of the peer's settings: every recipe of ours at the same batching
-    against allocating <= PEER_MAX_MEMORY_RATIO x the peer's peak at >= PEER_MIN_SPEEDUP x its tokens/s, the one
-    that comes closest first (met when any of them meets both)."""
+def _peer_verdicts(ours: list, peer_runs: list) -> list[tuple[str, list[str], bool]]:
+    """(target, what each recipe of ours at that batching measured, met?) at each of the peer's settings, the recipe
+    that meets more of the two targets first, then the one that misses the farther target by less."""
     out = []
     for p in peer_runs:
         if not (p.fits and p.cuda_max_allocated and p.tokens_per_s):
@@ -370,28 +376,36 @@ def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
                   f"{PEER_MIN_SPEEDUP:.2f} x {p.label}")
         same = [m for m in ours if _timed_on_gpu(m) and batching(m) == batching(p)]
         if not same:
-            out.append((target, f"no recipe of ours at {batching(p)} in this run", False))
+            out.append((target, [f"no recipe of ours at {batching(p)} in this run"], False))
             continue
 
         def ratios(m):
             return m.cuda_max_allocated / p.cuda_max_allocated, m.tokens_per_s / p.tokens_per_s
 
-        def closeness(m):  # the factor by which the farther of the two targets is missed (>= 1: both met)
+        def standing(m):  # (targets met, the factor by which the farther one is missed: >= 1 when both are met)
             mem, speed = ratios(m)
-            return min(PEER_MAX_MEMORY_RATIO / mem, speed / PEER_MIN_SPEEDUP)
+            return ((mem <= PEER_MAX_MEMORY_RATIO) + (speed >= PEER_MIN_SPEEDUP),
+                    min(PEER_MAX_MEMORY_RATIO / mem, speed / PEER_MIN_SPEEDUP))
 
-        ranked = sorted(same, key=closeness, reverse=True)
-        out.append((target, "; ".join(f"{m.label}: {ratios(m)[0]:.2f} x memory, {ratios(m)[1]:.2f} x speed"
-                                      for m in ranked), closeness(ranked[0]) >= 1))
+        ranked = sorted(same, key=standing, reverse=True)
+        out.append((target, [f"{m.label}: {ratios(m)[0]:.2f} x memory, {ratios(m)[1]:.2f} x speed" for m in ranked],
+                    standing(ranked[0])[0] == 2))
     return out
 
 
+def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
+    """(target, what was measured, met?) at each of the peer's settings: every recipe of ours at the same batching
+    against allocating <= PEER_MAX_MEMORY_RATIO x the peer's peak at >= PEER_MIN_SPEEDUP x its tokens/s, the one
+    closest to both first (met when any of them meets both)."""
+    return [(target, "; ".join(parts), met) for target, parts, met in _peer_verdicts(ours, peer_runs)]
+
+
 def peer_check_lines(ours: list, peer_runs: list) -> list[str]:
-    """peer_checks as lines: MET or MISSED and the target, then each recipe of ours at that batching, indented."""
+    """The peer targets as lines: MET or MISSED and the target, then each recipe of ours at that batching, indented."""
     out = []
-    for target, value, ok in peer_checks(ours, peer_runs):
+    for target, parts, ok in _peer_verdicts(ours, peer_runs):
         out.append(f"{'MET   ' if ok else 'MISSED'}  {target}")
-        out += [f"        {part}" for part in value.split("; ")]
+        out += [f"        {part}" for part in parts]
     return out
 
 

@@ -368,8 +368,9 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     finally:
         datasets.enable_progress_bars()
     check_packed(recipe, len(trainer.train_dataset))
-    if whole_steps(len(trainer.train_dataset), recipe) < len(trainer.train_dataset):
-        trainer.train_dataset = trainer.train_dataset.select(range(whole_steps(len(trainer.train_dataset), recipe)))
+    kept = whole_steps(len(trainer.train_dataset), recipe)
+    if kept < len(trainer.train_dataset):
+        trainer.train_dataset = trainer.train_dataset.select(range(kept))
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # the losses are recorded, not printed

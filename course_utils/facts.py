@@ -259,13 +259,18 @@ def accuracy() -> Accuracy:
 
 def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None) -> SimpleNamespace:
     """Notebook 08's loss curves against the source recipe's in one shipped run: .max_gap (the largest gap of
-    any recipe's per-step loss from the source's), .fall (how far the source's loss fell), .steps; with `label`,
+    any recipe's per-step loss from the source's; in run "peer-run" the peer's runs count too), .fall (how far the
+    source's loss fell), .steps; with `label`,
     that recipe's (in run "peer-run" the peer's too) with .apart_from, the first step more than
     beyond.LOSSES_APART from the source's (None: none)."""
     from . import beyond
 
     ms = beyond.reference(model, run) + (beyond.peer_reference(model) if run == "peer-run" else [])
-    src = next(m for m in ms if m.label.startswith("source"))
+    src = next((m for m in ms if m.label.startswith("source")), None)
+    if src is None:
+        runs = ", ".join(map(repr, ("", "explore", "plan-check", "peer-run", *beyond.CHECKS)))
+        raise FactError(f"no shipped {run or 'side-by-side'} run of {model} with a source recipe to compare losses "
+                        f"against (runs: {runs})")
     if label is not None:
         found = beyond.by_label(ms)
         if label not in found:
@@ -317,13 +322,14 @@ def render_value(expression: str):
     return format(value, spec) if spec is not None else value
 
 
+def _shown(value) -> str:
+    """A placeholder's value as text shows it: strings as they are, integers with thousands separators."""
+    return value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
 def render(text: str) -> str:
     """Every placeholder in `text` replaced by its value."""
-    def one(match: re.Match) -> str:
-        value = render_value(match.group(1))
-        return value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
-
-    return PLACEHOLDER.sub(one, text)
+    return PLACEHOLDER.sub(lambda match: _shown(render_value(match.group(1))), text)
 
 
 def render_tree(data):
@@ -416,9 +422,7 @@ def pinned(text: str) -> list[tuple[str, str, str]]:
     a comment right after them, `8.2<!--{{ expr :.1f }}-->`: (as written, as the source gives it, expression)."""
     out = []
     for m in PINNED.finditer(text):
-        value = render_value(m.group(2))
-        shown = value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
-        out.append((m.group(1), shown, m.group(2).strip()))
+        out.append((m.group(1), _shown(render_value(m.group(2))), m.group(2).strip()))
     return out
 
 
@@ -428,8 +432,7 @@ def refresh(text: str) -> tuple[str, list[tuple[str, str, str]]]:
     changed = []
 
     def one(m: re.Match) -> str:
-        value = render_value(m.group(2))
-        now = value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+        now = _shown(render_value(m.group(2)))
         if now != m.group(1):
             changed.append((m.group(1), now, m.group(2).strip()))
         return f"{now}<!--{{{{{m.group(2)}}}}}-->"

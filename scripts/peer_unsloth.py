@@ -107,6 +107,15 @@ def packed_rows(tokenizer, texts: list[str], seq: int, batch: int = PACK_BATCH) 
     return [row for row in rows if len(row) == seq]
 
 
+def training_rows(tokenizer, recipe) -> list[list[int]]:
+    """The rows the peer trains on: packed_rows of the shipped data, then whole optimizer steps only, as build()
+    keeps them (build.whole_steps), so that 1x16 and 16x1 see the same blocks in every step."""
+    from course_utils.build import whole_steps
+
+    rows = packed_rows(tokenizer, training_texts(), recipe.max_seq_length)
+    return rows[:whole_steps(len(rows), recipe)]
+
+
 def sft_kwargs(recipe, output_dir: str, on_cuda: bool) -> dict:
     """trl's SFTConfig for the peer: build.sft_config's values for everything both stacks have (batching,
     steps, learning rate, seeds, data loading, logging). The rows come tokenized and packed, so trl packs
@@ -259,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
     import unsloth  # noqa: F401
     from transformers import AutoTokenizer
 
-    from course_utils.build import whole_steps
     from course_utils.measure import _startup_s
     from course_utils.results import ResultStore
 
@@ -270,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if done and not args.force:
         print(f"{recipe.label}: already in {args.out} ({done[-1].date}); --force measures it again", flush=True)
         return 0
-    rows = packed_rows(AutoTokenizer.from_pretrained(model_dir), training_texts(), recipe.max_seq_length)
-    rows = rows[:whole_steps(len(rows), recipe)]  # as build(): whole optimizer steps, the same blocks at 1x16 and 16x1
+    rows = training_rows(AutoTokenizer.from_pretrained(model_dir), recipe)
     t_build = time.perf_counter()
     model, tokenizer = load_unsloth(model_dir, recipe)
     with tempfile.TemporaryDirectory(prefix="peer-unsloth-") as out_dir:

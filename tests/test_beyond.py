@@ -314,15 +314,15 @@ def test_peer_recipe_keeps_what_the_source_recipe_trains():
 @pytest.mark.slow
 def test_peer_packs_the_rows_that_build_trains_on():
     """The peer tokenizes and packs the shipped data itself (its trl is older): the same rows as build()'s."""
-    from course_utils.build import build, whole_steps
+    from course_utils.build import build
 
     recipe = Recipe(model="tiny", max_seq_length=512, steps=3, warmup_steps=1, micro_batch=1, grad_accum=16)
     built = build(recipe)
     script = peer_script()
-    rows = script["packed_rows"](built.tokenizer, script["training_texts"](), 512)
-    assert len(rows) % 16  # a remainder, which both sides leave out (whole optimizer steps)
-    assert rows[:whole_steps(len(rows), recipe)] == [list(r) for r in built.trainer.train_dataset["input_ids"]]
-    assert len(built.trainer.train_dataset) >= 5 * 16
+    packed = script["packed_rows"](built.tokenizer, script["training_texts"](), 512)
+    rows = script["training_rows"](built.tokenizer, recipe)
+    assert len(packed) % 16 and len(rows) == len(packed) - len(packed) % 16  # whole optimizer steps, on both sides
+    assert rows == [list(r) for r in built.trainer.train_dataset["input_ids"]] and len(rows) >= 5 * 16
 
 
 def test_peer_trains_with_build_s_settings(tmp_path):

@@ -140,13 +140,25 @@ def test_one_x_sixteen_and_sixteen_x_one_train_on_the_same_blocks(tiny_model):
     """The data holds whole optimizer steps, so 1 x 16 and 16 x 1 put the same blocks in every step, the last of
     an epoch too (with a remainder, 1 x 16 ended the epoch on a short step that 16 x 1 dropped: the H200's 8-step
     peer run diverged from step 6 on)."""
+    every = len(build(Recipe(micro_batch=1, max_seq_length=256, steps=3, warmup_steps=1)).trainer.train_dataset)
+    assert every % 16, "the data packs into whole steps of 16 blocks: this test needs a remainder to mean anything"
     steps = {}
     for mb, ga in ((1, 16), (16, 1)):
         b = build(Recipe(micro_batch=mb, grad_accum=ga, max_seq_length=256, steps=3, warmup_steps=1))
-        assert len(b.trainer.train_dataset) % 16 == 0
+        assert len(b.trainer.train_dataset) == every - every % 16
         rows = [tuple(r) for batch in b.trainer.get_train_dataloader() for r in batch["input_ids"].tolist()]
         steps[mb] = [sorted(rows[i:i + 16]) for i in range(0, len(rows), 16)]
     assert steps[1] == steps[16] and len(steps[1]) >= 5
+
+
+def test_whole_steps_count_every_process_of_a_step(monkeypatch):
+    from course_utils.build import whole_steps
+
+    r = Recipe(micro_batch=2, grad_accum=4)
+    assert whole_steps(100, r) == 96 and whole_steps(100, r, world=2) == 96 and whole_steps(100, r, world=3) == 96
+    assert whole_steps(100, Recipe(micro_batch=4, grad_accum=4), world=2) == 96 and whole_steps(7, r) == 7
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert whole_steps(90, r) == 80  # 2 ranks x 2 x 4 blocks a step, from torchrun's WORLD_SIZE
 
 
 def test_auto_precision_is_noted(tiny_model, monkeypatch):

@@ -45,7 +45,6 @@ def test_readme_peer_table_is_the_shipped_peer_run():
     assert ours and theirs and len({m.run_id for m in ours + theirs}) == 1
     assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in beyond.PEER_BATCHES}
     assert block("peer-table") == beyond.peer_run_report()
-    assert "MISSED" in block("peer-table") or "MET" in block("peer-table")
 
 
 def test_readme_ladder_table_memory_is_the_estimate():

@@ -45,6 +45,20 @@ def test_an_over_limit_entry_names_the_newest_record_and_it_is_over():
         assert time_budget(notebook, variant).t4_s > t4check.T4_LIMIT_S
 
 
+def test_what_the_over_limit_note_says_was_cut_is_in_notebook_07():
+    """The note names step counts: keep them the notebook's (its chapter script and its source recipe's rung)."""
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "notebooks" / "07_complete_recipe.ipynb").read_text())
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    note = t4check.over_limit(t4check.record_for("07_complete_recipe")) if t4check.OVER_LIMIT else ""
+    if "3 steps on a GPU" in note:
+        assert "    max_steps=3, " in code
+    if "rung 4 steps" in note:
+        assert "steps=4, warmup_steps=1," in code
+    assert "{limit}" not in note and f"{t4check.T4_LIMIT_S // 60}-minute" in note or not note
+
+
 def test_time_budget_uses_only_runs_measured_in_that_check(tmp_path):
     """A record whose runs were read back from an earlier check's store does not time the notebook."""
     rec = {"notebook": "07_x", "variant": "small", "ran_through": True, "first_failure": "", "wall_s": 100.0,

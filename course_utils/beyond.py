@@ -283,6 +283,11 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
 CHECKS = ("whole-steps",)
 
 
+def shipped_runs(model: str = "llama-3.1-8b", run: str = "") -> list:
+    """reference(model, run), and in run "peer-run" the peer's runs of that run too."""
+    return reference(model, run) + (peer_reference(model) if run == "peer-run" else [])
+
+
 def by_label(measurements: list) -> dict:
     """{label: measurement}."""
     return {m.label: m for m in measurements}
@@ -365,9 +370,10 @@ def latest_peer_runs(measurements: list, name: str, model: str, steps: int, run_
     return out
 
 
-def _peer_verdicts(ours: list, peer_runs: list) -> list[tuple[str, list[str], bool]]:
-    """(target, what each recipe of ours at that batching measured, met?) at each of the peer's settings, the recipe
-    that meets more of the two targets first, then the one that misses the farther target by less."""
+def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, list[str], bool]]:
+    """(target, what each recipe of ours at that batching measured, met?) at each of the peer's settings: allocating
+    <= PEER_MAX_MEMORY_RATIO x the peer's peak at >= PEER_MIN_SPEEDUP x its tokens/s, met when any recipe meets
+    both; the recipe that meets more of the two targets first, then the one that misses the farther one by less."""
     out = []
     for p in peer_runs:
         if not (p.fits and p.cuda_max_allocated and p.tokens_per_s):
@@ -393,17 +399,10 @@ def _peer_verdicts(ours: list, peer_runs: list) -> list[tuple[str, list[str], bo
     return out
 
 
-def peer_checks(ours: list, peer_runs: list) -> list[tuple[str, str, bool]]:
-    """(target, what was measured, met?) at each of the peer's settings: every recipe of ours at the same batching
-    against allocating <= PEER_MAX_MEMORY_RATIO x the peer's peak at >= PEER_MIN_SPEEDUP x its tokens/s, the one
-    closest to both first (met when any of them meets both)."""
-    return [(target, "; ".join(parts), met) for target, parts, met in _peer_verdicts(ours, peer_runs)]
-
-
 def peer_check_lines(ours: list, peer_runs: list) -> list[str]:
     """The peer targets as lines: MET or MISSED and the target, then each recipe of ours at that batching, indented."""
     out = []
-    for target, parts, ok in _peer_verdicts(ours, peer_runs):
+    for target, parts, ok in peer_checks(ours, peer_runs):
         out.append(f"{'MET   ' if ok else 'MISSED'}  {target}")
         out += [f"        {part}" for part in parts]
     return out
@@ -473,8 +472,7 @@ def toward(label: str, run: str = "", model: str = "llama-3.1-8b", peak: float |
     """A shipped run (reference(model, run); with run="peer-run" the peer's runs too, by their labels) against its
     compute limit at `peak` FLOP/s (else its GPU's datasheet peak) and its memory floor: a limits.Against
     (.fraction, .floor_gib, ...)."""
-    runs = reference(model, run) + (peer_reference(model) if run == "peer-run" else [])
-    found = by_label(runs)
+    found = by_label(shipped_runs(model, run))
     if label not in found:
         raise KeyError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
     rows = limit_rows([found[label]], peak)

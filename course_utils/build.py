@@ -413,13 +413,13 @@ def _packed_key(data, tokenizer, args) -> tuple | None:
 
 def whole_steps(blocks: int, recipe: Recipe, world: int | None = None) -> int:
     """How many of `blocks` packed blocks a run trains on: whole optimizer steps (micro_batch x grad_accum blocks
-    on each of the `world` processes; default: WORLD_SIZE, 1 without torchrun) when the data holds one. With a
+    on each of the `world` processes; default: torchrun's world size, distributed_rank.rank_info) when the data holds one. With a
     remainder, 1 x 16 would end each epoch on a short step of the leftover blocks while 16 x 1 drops them
     (dataloader_drop_last), and from there on the two would train on other data; so would 2 ranks of micro-batch 2
     against one process of micro-batch 4 (another length, another shuffle)."""
-    import os
+    from .distributed_rank import rank_info
 
-    world = world if world is not None else int(os.environ.get("WORLD_SIZE", "1"))
+    world = world if world is not None else rank_info()[1]
     per_step = recipe.micro_batch * recipe.grad_accum * max(1, world)
     return blocks - blocks % per_step if blocks >= per_step else blocks
 

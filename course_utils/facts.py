@@ -265,7 +265,7 @@ def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None)
     beyond.LOSSES_APART from the source's (None: none)."""
     from . import beyond
 
-    ms = beyond.reference(model, run) + (beyond.peer_reference(model) if run == "peer-run" else [])
+    ms = beyond.shipped_runs(model, run)
     src = next((m for m in ms if m.label.startswith("source")), None)
     if src is None:
         runs = ", ".join(map(repr, ("", "explore", "plan-check", "peer-run", *beyond.CHECKS)))

@@ -54,9 +54,14 @@ DEFECTS = {
 }
 
 
+def _key(rec: dict) -> tuple[str, str, str]:
+    """How DEFECTS and OVER_LIMIT name a record: (notebook, variant, date)."""
+    return rec["notebook"], rec["variant"], rec["date"]
+
+
 def defect(rec: dict) -> str:
     """Why the record's runs are known to be wrong, or ''."""
-    return DEFECTS.get((rec["notebook"], rec["variant"], rec["date"]), "")
+    return DEFECTS.get(_key(rec), "")
 
 
 # Newest records whose default GPU path took longer than T4_LIMIT_S, and what the notebook cut since (not yet
@@ -72,7 +77,7 @@ OVER_LIMIT = {
 
 def over_limit(rec: dict) -> str:
     """What changed since a record over T4_LIMIT_S (OVER_LIMIT), or ''."""
-    return OVER_LIMIT.get((rec["notebook"], rec["variant"], rec["date"]), "").format(limit=T4_LIMIT_S // 60)
+    return OVER_LIMIT.get(_key(rec), "").format(limit=T4_LIMIT_S // 60)
 
 
 T4_LIMIT_S = 600  # each notebook's default GPU path should finish within 10 minutes on a T4

@@ -266,9 +266,9 @@ def test_peer_checks_take_our_closest_recipe_at_each_of_its_settings():
             fake("ahead", 6.4, 10600, micro_batch=16, grad_accum=1)]
     checks = beyond.peer_checks(ours, peers)
     assert [met for *_, met in checks] == [True, False]
-    assert checks[0][1] == "ahead: 0.80 x memory, 1.06 x speed; slow but small: 0.75 x memory, 0.90 x speed"
-    assert checks[1][1] == "source: 1.37 x memory, 0.62 x speed"  # every recipe at the batching, closest first
-    assert "no recipe of ours at 1x16" in beyond.peer_checks(ours[1:], peers)[1][1]
+    assert checks[0][1] == ["ahead: 0.80 x memory, 1.06 x speed", "slow but small: 0.75 x memory, 0.90 x speed"]
+    assert checks[1][1] == ["source: 1.37 x memory, 0.62 x speed"]  # every recipe at the batching, closest first
+    assert "no recipe of ours at 1x16" in beyond.peer_checks(ours[1:], peers)[1][1][0]
 
 
 def test_latest_peer_runs_are_the_peer_recipes_of_this_run():

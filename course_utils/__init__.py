@@ -4,10 +4,13 @@ The spine:  Recipe -> build -> measure (fresh process) -> results store -> plots
 Importing this package is cheap; torch and transformers load only when a function needs them.
 """
 
+from __future__ import annotations
+
 import logging as _logging
 import warnings as _warnings
 
-from .recipe import Recipe, RecipeError, ladder, source_chapter_recipe
+from course_utils.common import __version__
+from course_utils.recipe import Recipe, RecipeError, ladder, source_chapter_recipe
 
 # Library noise a learner cannot act on: peft calls transformers' gradient-checkpointing methods by
 # their pre-5 names, and bitsandbytes logs that an optional CPU kernel package is absent.
@@ -23,16 +26,15 @@ _warnings.filterwarnings("ignore", message=r"`use_liger_kernel=True` is deprecat
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
-__version__ = "0.1.0"  # how the course measures has a version of its own: provenance.MEASUREMENT_METHOD
 
 
 def __getattr__(name):  # lazy imports keep `import course_utils` fast
     if name == "measure":
-        from .measure import measure
+        from course_utils.measure import measure
 
         return measure
     if name == "ResultStore":
-        from .results import ResultStore
+        from course_utils.results import ResultStore
 
         return ResultStore
     raise AttributeError(name)

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .hardware import HardwareError, apply_profile, bitsandbytes_status, device_type, resolve_precision
-from .models import no_progress_bars
-from .recipe import Recipe, RecipeError
-
+from course_utils.checks import check_hardware, check_positions
+from course_utils.machine import apply_profile, device_type, rank_info
+from course_utils.models import TINY, hub_error, is_preset, no_progress_bars, resolve_model
+from course_utils.recipe import Recipe, RecipeError
 
 @dataclass
 class Built:
@@ -36,56 +36,6 @@ def torch_dtype(precision: str, full_finetune: bool):
     if precision == "fp16":
         return torch.float32 if full_finetune else torch.float16
     return torch.float32
-
-
-def check_hardware(recipe: Recipe) -> str:
-    """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
-    precision = resolve_precision(recipe.precision)
-    if recipe.liger_kernels:
-        usable, why = liger_status()
-        if not usable:
-            raise HardwareError(
-                f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
-                "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
-            )
-    if recipe.offload_activations and device_type() != "cuda":
-        raise HardwareError(
-            "offload_activations=True moves saved activations from the GPU to CPU memory and back; "
-            f"this machine trains on {device_type()}, where they are in CPU memory already. "
-            "Set offload_activations=False here."
-        )
-    if recipe.tf32:
-        from .hardware import compute_capability, device_name
-
-        cc = compute_capability()
-        if cc is None or cc < (8, 0):
-            where = f"{device_name()} (compute capability {cc[0]}.{cc[1]})" if cc else device_type()
-            raise HardwareError(
-                f"tf32=True runs fp32 matmuls on TF32 tensor cores, which NVIDIA GPUs have from compute capability "
-                f"8.0 (Ampere: A100, RTX 30xx, L4) on; this machine trains on {where}. Set tf32=False here.")
-    if recipe.uses_bitsandbytes:
-        usable, why = bitsandbytes_status()
-        if not usable:
-            what = "4-bit loading" if recipe.load_in_4bit else f"the {recipe.optimizer} optimizer"
-            raise HardwareError(
-                f"{what} needs bitsandbytes, which cannot run here: {why}. "
-                "Install bitsandbytes>=0.50 (it has CPU and CUDA backends), or use load_in_4bit=False "
-                "and optimizer='adamw_torch'."
-            )
-    return precision
-
-
-def liger_status() -> tuple[bool, str]:
-    """(usable, why not): Liger kernels need liger-kernel, Triton and a CUDA GPU."""
-    import importlib.util
-
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "there is no CUDA GPU (Triton kernels)"
-    if importlib.util.find_spec("liger_kernel") is None:
-        return False, "liger-kernel is not installed (pip install liger-kernel)"
-    return True, ""
 
 
 def offload_input_embeddings(model) -> str | None:
@@ -157,10 +107,7 @@ def load_model(recipe: Recipe, precision: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .models import resolve_model
 
-    from .checks import check_positions
-    from .models import hub_error
 
     source = resolve_model(recipe.model)
     # this process's GPU: under `accelerate launch` each rank has set its own (distributed_rank.py)
@@ -295,8 +242,7 @@ def training_dataset(recipe: Recipe):
     tokenizer was trained on it, and their runs must not depend on the network); a hub model takes
     databricks-dolly-15k from the hub when it can, and says so when it falls back.
     """
-    from .data import load_instructions, to_text_dataset
-    from .models import TINY, is_preset
+    from course_utils.data import load_instructions, to_text_dataset
 
     offline_model = recipe.model == TINY or is_preset(recipe.model)
     return to_text_dataset(load_instructions("dolly", source="shipped" if offline_model else "auto"))
@@ -417,7 +363,6 @@ def whole_steps(blocks: int, recipe: Recipe, world: int | None = None) -> int:
     remainder, 1 x 16 would end each epoch on a short step of the leftover blocks while 16 x 1 drops them
     (dataloader_drop_last), and from there on the two would train on other data; so would 2 ranks of micro-batch 2
     against one process of micro-batch 4 (another length, another shuffle)."""
-    from .distributed_rank import rank_info
 
     world = world if world is not None else rank_info()[1]
     per_step = recipe.micro_batch * recipe.grad_accum * max(1, world)
@@ -431,4 +376,3 @@ def check_packed(recipe: Recipe, sequences: int) -> None:
         raise RecipeError(
             f"The training data packs into {sequences} sequences of {recipe.max_seq_length} tokens, fewer than "
             f"one micro-batch of {recipe.micro_batch}. Use micro_batch <= {sequences}, or a shorter max_seq_length.")
-

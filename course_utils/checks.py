@@ -12,8 +12,60 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
-from .recipe import Recipe, RecipeError
+from course_utils import machine
+from course_utils.machine import HardwareError, bitsandbytes_status, device_type, resolve_precision
+from course_utils.models import PRESETS, TINY, TINY_CONFIG, is_preset, load_config, shipped_token_count
+from course_utils.recipe import Recipe, RecipeError
+
+def check_hardware(recipe: Recipe) -> str:
+    """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
+    precision = resolve_precision(recipe.precision)
+    if recipe.liger_kernels:
+        usable, why = liger_status()
+        if not usable:
+            raise HardwareError(
+                f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
+                "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
+            )
+    if recipe.offload_activations and device_type() != "cuda":
+        raise HardwareError(
+            "offload_activations=True moves saved activations from the GPU to CPU memory and back; "
+            f"this machine trains on {device_type()}, where they are in CPU memory already. "
+            "Set offload_activations=False here."
+        )
+    if recipe.tf32:
+
+        cc = machine.compute_capability()
+        if cc is None or cc < (8, 0):
+            where = f"{machine.device_name()} (compute capability {cc[0]}.{cc[1]})" if cc else device_type()
+            raise HardwareError(
+                f"tf32=True runs fp32 matmuls on TF32 tensor cores, which NVIDIA GPUs have from compute capability "
+                f"8.0 (Ampere: A100, RTX 30xx, L4) on; this machine trains on {where}. Set tf32=False here.")
+    if recipe.uses_bitsandbytes:
+        usable, why = bitsandbytes_status()
+        if not usable:
+            what = "4-bit loading" if recipe.load_in_4bit else f"the {recipe.optimizer} optimizer"
+            raise HardwareError(
+                f"{what} needs bitsandbytes, which cannot run here: {why}. "
+                "Install bitsandbytes>=0.50 (it has CPU and CUDA backends), or use load_in_4bit=False "
+                "and optimizer='adamw_torch'."
+            )
+    return precision
+
+
+def liger_status() -> tuple[bool, str]:
+    """(usable, why not): Liger kernels need liger-kernel, Triton and a CUDA GPU."""
+    import importlib.util
+
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, "there is no CUDA GPU (Triton kernels)"
+    if importlib.util.find_spec("liger_kernel") is None:
+        return False, "liger-kernel is not installed (pip install liger-kernel)"
+    return True, ""
 
 BIG_ON_CPU_ENV = "COURSE_CPU_BIG_MODELS"  # set to 1 to train a preset over CPU_PARAM_LIMIT on a CPU anyway
 CPU_PARAM_LIMIT = 1_000_000_000  # presets above this are GPU presets (fp32 on 2 cores: hours per step)
@@ -23,7 +75,6 @@ def preset_params(name: str) -> int:
     """Parameters of a preset, from its published shape (no transformers import): embeddings, the
     decoder layers' attention and MLP projections, and lm_head unless tied. Norms are left out
     (under 0.01% of any preset)."""
-    from .models import PRESETS
 
     s = PRESETS[name.lower()]
     h, inter, layers = s["hidden_size"], s["intermediate_size"], s["num_hidden_layers"]
@@ -38,7 +89,6 @@ def max_positions(model: str) -> int | None:
     a preset, or a local folder's config.json. None for a hub id (build checks it once loaded)."""
     from pathlib import Path
 
-    from .models import PRESETS, TINY, TINY_CONFIG, is_preset
 
     if model == TINY:
         return TINY_CONFIG["max_position_embeddings"]
@@ -64,7 +114,6 @@ def check_positions(model: str, seq: int, positions: int | None = None) -> None:
 
 def uses_shipped_data(model: str) -> bool:
     """The embedded default and the presets train on the shipped data with the tiny model's tokenizer."""
-    from .models import TINY, is_preset
 
     return model == TINY or is_preset(model)
 
@@ -74,7 +123,6 @@ def check_data(recipe: Recipe) -> None:
     max_seq_length tokens. (An upper bound is enough to refuse here; build checks the packed count.)"""
     if not uses_shipped_data(recipe.model):
         return
-    from .models import shipped_token_count
 
     tokens = shipped_token_count()
     blocks = tokens // recipe.max_seq_length
@@ -89,9 +137,7 @@ def check_data(recipe: Recipe) -> None:
 def check_machine(recipe: Recipe) -> str:
     """The rules that need this machine: precision, CUDA-only techniques, bitsandbytes, and GPU-sized
     presets on a CPU. Returns the resolved precision."""
-    from .build import check_hardware
-    from .hardware import HardwareError, device_type
-    from .models import is_preset
+    pass  # (was: an import of names now defined here)
 
     precision = check_hardware(recipe)
     if device_type() == "cpu" and is_preset(recipe.model) and os.environ.get(BIG_ON_CPU_ENV) != "1":
@@ -129,7 +175,6 @@ def check_model(recipe: Recipe) -> None:
     if uses_shipped_data(recipe.model):
         check_positions(recipe.model, recipe.max_seq_length)
         return
-    from .models import load_config
 
     config = load_config(recipe.model)
     check_positions(recipe.model, recipe.max_seq_length, getattr(config, "max_position_embeddings", None))

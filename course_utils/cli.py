@@ -5,18 +5,36 @@ with --gpus N) and `course plan` (what fits a budget, such as "16GiB" or "2 x 15
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-from .cli_recipe import add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe, value_flags
-
+from course_utils.common import GiB, MiB  # noqa: F401  (hardware.GiB, hardware.MiB)
+from course_utils import distributed, measure
+from course_utils.checks import check_positions
+from course_utils.child import MeasurementError
+from course_utils.cli_recipe import (add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe,
+                                     value_flags)
+from course_utils.distributed import fsdp_ready, rank_table
+from course_utils.estimate import (EstimateError, estimate, estimate_distributed, expected_memory_table,
+                                   format_expected_table)
+from course_utils.estimate.plan import BudgetError
+from course_utils.estimate.plan_multi import parse_gpu_budget
+from course_utils.estimate.planner import plan
+from course_utils.machine import (HardwareError, PROFILE_ENV, STACK, active_profile, bitsandbytes_status, installed,
+                                  machine, resolve_precision)
+from course_utils.measure import Outcome, Results, measure_all
+from course_utils.models import ModelUnavailableError, load_config
+from course_utils.recipe import RecipeError
+from course_utils.results import ResultStore, StoreError, default_store, reference_results
+from course_utils.show.plots import ladder_figure
+from course_utils.show.report import describe_change
 
 def _cmd_env(args: argparse.Namespace) -> int:
     """Print the environment report; exit 1 when something the chapter needs is missing."""
     import os
 
-    from .hardware import PROFILE_ENV, env_report
 
     if args.profile:  # the profile reaches every measuring child through the environment
         os.environ[PROFILE_ENV] = args.profile
@@ -33,14 +51,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from .measure import ladder_here, measure_all
-    from .plots import ladder_figure
-    from .results import ResultStore, default_store, describe_change, reference_results
 
     if args.profile:  # the profile reaches every measuring child through the environment
         import os
 
-        from .hardware import PROFILE_ENV
 
         os.environ[PROFILE_ENV] = args.profile
     started = time.perf_counter()
@@ -52,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
-    rungs, same = ladder_here(base)
+    rungs, same = measure.ladder_here(base)
     results = measure_all(rungs, store=store, force=args.force, progress=not args.no_progress, isolate=True,
                           skip=same, desc="ladder")
     measured = results.measured
@@ -85,12 +99,6 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from .distributed import check_launch, launch
-    from .lessons_multi import fsdp_ready, rank_table
-    from .plots import ladder_figure
-    from .recipe import RecipeError
-    from .results import ResultStore, default_store
-    from .runs import Outcome, Results, ladder_here
 
     if getattr(args, "budget_gib", None) is not None:  # a per-process cap means one process: not with --gpus
         raise RecipeError("--budget-gib caps one process's memory and cannot be combined with --gpus or --strategy; "
@@ -98,7 +106,6 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
     if args.profile:
         import os
 
-        from .hardware import PROFILE_ENV
 
         os.environ[PROFILE_ENV] = args.profile
     strategy = args.strategy or "ddp"
@@ -107,13 +114,13 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
     store = ResultStore(args.store) if args.store else default_store()
     out = _output_folder(args.out)
     store.check_writable()
-    rungs, same = ladder_here(base)
+    rungs, same = measure.ladder_here(base)
     if strategy.startswith("fsdp"):
         rungs = [fsdp_ready(r) for r in rungs]
     device = ""
     for i, rung in enumerate(rungs):  # every check before the first process starts
         if i not in same:
-            device = check_launch(rung, args.gpus, strategy)
+            device = distributed.check_launch(rung, args.gpus, strategy)
     _STATE["store"], _STATE["stored_before"] = store, _count(store)
     where = "GPUs" if device == "cuda" else "CPU processes (gloo)"
     print(f"The chapter's ladder on model={args.model!r}, {strategy} on {args.gpus} {where}: {base.describe()} "
@@ -125,7 +132,7 @@ def _cmd_run_distributed(args: argparse.Namespace) -> int:
             results.append(Outcome(rung, None, same[i]))
             continue
         t0 = time.perf_counter()
-        m = launch(rung, gpus=args.gpus, strategy=strategy, store=store, force=args.force,
+        m = distributed.launch(rung, gpus=args.gpus, strategy=strategy, store=store, force=args.force,
                    progress=not args.no_progress)
         results.append(Outcome(rung, m, "", time.perf_counter() - t0))
     measured = results.measured
@@ -155,7 +162,6 @@ def _count(store) -> int:
 
 def _output_folder(path: str) -> Path:
     """--out as a folder we can write to, made now; an error naming the problem otherwise."""
-    from .recipe import RecipeError
 
     out = Path(path)
     if out.exists() and not out.is_dir():
@@ -174,9 +180,6 @@ def _output_folder(path: str) -> Path:
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     """Print the expected-memory table, or (with --model) one recipe's estimate and its arithmetic."""
-    from .checks import check_positions
-    from .estimate import EstimateError, estimate, expected_memory_table, format_expected_table
-    from .models import load_config
 
     try:
         if args.model is None:
@@ -188,7 +191,6 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         recipe = _recipe_from_args(args)
         check_positions(recipe.model, recipe.max_seq_length, load_config(recipe.model).max_position_embeddings)
         if args.gpus > 1:
-            from .estimate import estimate_distributed
 
             print(estimate_distributed(recipe, args.gpus, args.strategy or "ddp", hardware=args.hardware).explain())
             return 0
@@ -206,11 +208,6 @@ def _recipe_from_args(args: argparse.Namespace):
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     """List the candidate recipes that fit the budget, fastest first, and name the pick."""
-    from .estimate import EstimateError
-    from .plan import BudgetError, plan
-
-    from .checks import check_positions
-    from .models import load_config
 
     counted, per_gpu = args.budget if args.budget is not None else (1, None)
     try:
@@ -225,7 +222,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 2
     print(result.format(show=None if args.all else 15))
     if result.pick is not None:
-        print(f"Check it on a GPU: python scripts/check_plan.py --model {args.model} "
+        print(f"Check it on a GPU: python scripts/gpu/check_plan.py --model {args.model} "
               f"--budget {result.budget / 2**30:.2f}GiB --seq {args.seq} --hardware {args.hardware}")
     return 0
 
@@ -233,8 +230,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _budget(text: str) -> tuple[int, int]:
     """argparse type for --budget: (GPUs, bytes per GPU): '16GiB' is (1, bytes), '2 x 15 GiB' two GPUs of 15 GiB
     (plan_multi.parse_gpu_budget); or an error that names the input."""
-    from .plan import BudgetError
-    from .plan_multi import parse_gpu_budget
 
     try:
         return parse_gpu_budget(text)
@@ -322,11 +317,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `course` console command."""
-    from .hardware import HardwareError
-    from .measure import MeasurementError
-    from .models import ModelUnavailableError
-    from .recipe import RecipeError
-    from .results import StoreError
 
     args = build_parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
     try:
@@ -365,6 +355,70 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
         out.append(argv[i])
         i += 1
     return out
+
+
+def env_report() -> tuple[str, bool]:
+    """The `course env` text, with [OK]/[FAIL] lines for what the chapter needs, and overall OK."""
+    env = machine()
+    lines = [
+        f"device:        {env.device}",
+        f"memory:        {env.total_memory_gib:.1f} GiB",
+        f"bf16 (native): {env.bf16}" + (f"  (compute capability {env.compute_capability})" if env.compute_capability else ""),
+        f"precision=auto resolves to: {resolve_precision('auto')}",
+    ]
+    if env.cuda:
+        lines.append(f"CUDA:          {env.cuda}, driver {env.driver}")
+    lines += profile_lines()
+    lines.append("versions:      " + ", ".join(f"{k} {v}" for k, v in env.versions.items()))
+    checks = []
+    ok_all = True
+
+    def check(ok: bool, text: str, required: bool = True) -> None:
+        nonlocal ok_all
+        checks.append(f"[{'OK' if ok else ('FAIL' if required else 'WARN')}] {text}")
+        ok_all &= ok or not required
+
+    for name in STACK:
+        check(env.versions[name] != "missing", f"{name} installed ({env.versions[name]})")
+    major = env.versions["transformers"].split(".")[0]
+    check(major == "5", f"transformers 5.x (found {env.versions['transformers']})")
+    check(env.versions["trl"].split(".")[0] == "1", f"trl 1.x (found {env.versions['trl']})")
+    usable, why = bitsandbytes_status()
+    check(usable, f"4-bit and 8-bit through bitsandbytes: {why}")
+    check(env.bf16, "native bf16" + ("" if env.bf16 else " (not here: fp16 on GPU, fp32 on CPU)"), required=False)
+    # what decides whether the quiz and the checklist render; not part of a result's environment, since they do
+    # not change what a measurement finds
+    for name, version in installed(NOTEBOOK_STACK).items():
+        check(version != "missing", f"{name} {version}", required=False)
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
+    if offline:
+        check(True, "hub access: off (HF_HUB_OFFLINE set; the embedded default is used)")
+    else:
+        from course_utils.data import hub_reachable
+
+        reachable = hub_reachable()
+        check(reachable, "hub access: huggingface.co answers" if reachable else
+              "hub access: huggingface.co does not answer within 2 s (set HF_HUB_OFFLINE=1 to use the embedded "
+              "default without waiting on it)", required=False)
+    return "\n".join(lines + [""] + checks), ok_all
+
+
+NOTEBOOK_STACK = ("ipywidgets", "jupyterlab_widgets", "widgetsnbextension", "ipykernel")
+
+
+def profile_lines() -> list[str]:
+    """What `course env` says of the device profile: which one, what it changes, what it cannot emulate."""
+    name = os.environ.get(PROFILE_ENV, "").strip()
+    prof = active_profile()
+    if prof is None:
+        return [f"profile:       {name} asked for, but there is no CUDA GPU here to stand in: off"] if name else []
+    import torch
+
+    return [f"profile:       {prof.label} ({prof.gpu}) on {torch.cuda.get_device_name(0)}: compute capability "
+            f"{prof.compute_capability[0]}.{prof.compute_capability[1]} as far as the course decides, "
+            f"{prof.card_bytes / GiB:.2f} GiB for the whole card, flash attention "
+            f"{'on' if prof.flash_attention else 'off'}",
+            f"               cannot emulate: {prof.cannot_emulate}"]
 
 
 if __name__ == "__main__":

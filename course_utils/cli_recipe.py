@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import typing
 
-from .recipe import FIELD_HELP, PRECISIONS, Recipe, source_chapter_recipe
+from course_utils.recipe import FIELD_HELP, PRECISIONS, Recipe, base_recipe_for, source_chapter_recipe
 
 # Spellings the CLI had before its flags were derived: each still works, beside --field-name.
 ALIASES = {"max_seq_length": ("--seq",), "learning_rate": ("--lr",)}
@@ -31,7 +31,7 @@ _OWN = "not derived: the subcommand's own --model (its default and help differ p
 _LABEL = "a display name, not a knob"
 _RUNG = "a rung of the ladder sets it: on the baseline it would be overwritten, or make its rung a no-op"
 _LORA = "the ladder is the chapter's LoRA, at Recipe's defaults (and a full fine-tune cannot take the 4-bit rung)"
-_BEYOND = "notebook 08's technique, beyond the chapter's ladder (scripts/beyond_recipe.py measures it)"
+_BEYOND = "notebook 08's technique, beyond the chapter's ladder (scripts/gpu/beyond_recipe.py measures it)"
 _NO_MEMORY = "the estimate of one step's memory does not depend on it"
 NOT_EXPOSED = {
     "estimate": {
@@ -57,7 +57,6 @@ _FULL_FINE_TUNE = 0  # what _lora_rank returns for 'none' (None is "not given")
 def run_base(model: str) -> Recipe:
     """The baseline `course run` starts from on any machine: the notebooks' CPU base recipe, sized for the tiny
     model (notebook.base_recipe_for; `course run --help` shows its values)."""
-    from .notebook import base_recipe_for
 
     return base_recipe_for(model, "cpu")
 
@@ -164,4 +163,3 @@ def _names(text: str) -> tuple[str, ...]:
     """argparse type for --lora-targets: 'q_proj,v_proj' as ('q_proj', 'v_proj'); an empty name stays, so that
     Recipe.validate names the problem."""
     return tuple(name.strip() for name in text.split(","))
-

@@ -9,6 +9,8 @@ import contextlib
 import os
 from pathlib import Path
 
+__version__ = "0.1.0"  # how the course measures has a version of its own: provenance.MEASUREMENT_METHOD
+
 # The binary units PyTorch's memory counters and nvidia-smi report in.
 MiB = 1024**2
 GiB = 1024**3

@@ -5,7 +5,7 @@ with four text fields: ``instruction``, ``context``, ``response`` and
 ``category``. Downloading it needs the Hugging Face hub, which is not always
 reachable (offline laptops, firewalled classrooms, CI). So this package also
 ships 1,200 small, templated records with exactly the same fields, written by
-``scripts/make_instructions.py`` (see ``data/LICENSE-instructions.md``).
+``scripts/data/make_instructions.py`` (see ``data/LICENSE-instructions.md``).
 
 Typical use::
 
@@ -21,6 +21,7 @@ Which source was used is recorded in ``ds.info.description``: it is exactly
 
 from __future__ import annotations
 
+import datasets
 import json
 import os
 import socket
@@ -29,15 +30,12 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-import datasets
-
-from .common import SHIPPED_DATA
-from .tables import wrap
+from course_utils.common import SHIPPED_DATA
+from course_utils.show.tables import wrap
 
 SHIPPED_PATH: Path = SHIPPED_DATA
 DOLLY_HUB_ID = "databricks/databricks-dolly-15k"
 FIELDS = ("instruction", "context", "response", "category")
-
 
 
 class ShippedDataWarning(UserWarning):

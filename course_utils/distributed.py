@@ -26,6 +26,8 @@ results into one Measurement (gpus, strategy and per_rank set), stored like any 
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
 import os
 import signal
@@ -33,13 +35,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import shipped
-from .hardware import HardwareError
-from .measure import (TEMP_PREFIXES, MeasurementError, _progress_bar, _read_child_result, child_env, relay,
-                      temp_folder)
-from .provenance import environment
-from .recipe import Recipe, RecipeError
-from .results import STRATEGIES as _STORED_STRATEGIES, Measurement, ResultStore, default_store
+from course_utils import child
+from course_utils.checks import check_runnable
+from course_utils.child import CHILD_ERRORS, MeasurementError, TEMP_PREFIXES, _child_error, temp_folder
+from course_utils.common import GiB, MiB, shipped
+from course_utils.machine import HardwareError, rank_info
+from course_utils.measure import _progress_bar, _read_child_result, child_env, relay
+from course_utils.recipe import Recipe, RecipeError
+from course_utils.results import (Measurement, ResultStore, STRATEGIES as _STORED_STRATEGIES, default_store,
+                                  environment)
+from course_utils.show.tables import Column, Table
 
 STRATEGIES = tuple(s for s in _STORED_STRATEGIES if s)  # ("ddp", "fsdp", "fsdp_offload")
 CONFIGS = {"ddp": "ddp.yaml", "fsdp": "fsdp_qlora.yaml", "fsdp_offload": "fsdp_qlora.yaml"}
@@ -68,7 +73,6 @@ def visible_gpus() -> int:
 def check_launch(recipe: Recipe, gpus: int, strategy: str) -> str:
     """Every check before any process starts; RecipeError or HardwareError with the fix in the message.
     Returns where the ranks train: 'cuda' or 'cpu'."""
-    from .checks import check_runnable
 
     if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
         raise RecipeError(f"gpus must be a whole number, 1 or more (the processes that train together), got {gpus!r}.")
@@ -110,7 +114,7 @@ def launch_command(recipe: Recipe, gpus: int, strategy: str, out: Path, *,
            "--num_processes", str(gpus), "--num_machines", "1", "--main_process_port", "0"]
     if strategy == "fsdp_offload":
         cmd += ["--fsdp_offload_params", "true"]
-    cmd += ["--module", "course_utils.distributed_rank", "--recipe", json.dumps(recipe.to_dict()),
+    cmd += ["--module", "course_utils.distributed", "--recipe", json.dumps(recipe.to_dict()),
             "--out", str(out), "--strategy", strategy]
     if save_adapter is not None:
         cmd += ["--save", str(save_adapter)]
@@ -244,3 +248,147 @@ def combine(recipe: Recipe, strategy: str, ranks: list[dict], gpus: int | None =
         startup_s=max(m.startup_s for m in ms), build_s=max(m.build_s for m in ms), notes=notes, date=first.date,
         command=first.command, run_id=first.run_id, timing=timing, gpus=gpus or len(ms), strategy=strategy,
         per_rank=per_rank)
+
+DISTRIBUTED_TYPES = {"ddp": ("MULTI_GPU", "MULTI_CPU"), "fsdp": ("FSDP",), "fsdp_offload": ("FSDP",)}
+DOES_NOT_FIT_EXIT = 4  # a rank that ran out of memory exits with this, so that torchrun stops the others
+
+
+def fingerprint(ids) -> str:
+    """12 hex digits that name a batch of token ids (equal batches, equal fingerprints)."""
+    return hashlib.sha256(ids.detach().cpu().contiguous().numpy().tobytes()).hexdigest()[:12]
+
+
+class RankRecorder:
+    """Hooks and a Trainer callback on one rank: tokens seen, the first batch, the first step's gradients."""
+
+    def __init__(self, strategy: str, first_step: bool):
+        self.strategy, self.first_step = strategy, first_step
+        self.tokens = 0
+        self.first_ids = None  # the first micro-batch's input_ids
+        self.grads: dict = {}  # name -> gradient of each trainable parameter before the first optimizer step
+        self.trainer = None
+        self.distributed_type = ""
+
+    def on_built(self, built) -> None:
+        """measure.run_here's hook: check what accelerate set up, hook the model, add the callback."""
+        from transformers import TrainerCallback
+
+        self.trainer = built.trainer
+        self.distributed_type = str(built.trainer.accelerator.distributed_type).split(".")[-1]
+        _, world, _ = rank_info()
+        # one process: a plain run (NO), or torchrun's single rank (accelerate still sets up the strategy)
+        allowed = DISTRIBUTED_TYPES[self.strategy] + (() if world > 1 else ("NO",))
+        if self.distributed_type not in allowed:
+
+            raise MeasurementError(
+                f"strategy={self.strategy!r} on {world} process(es) asked accelerate for {' or '.join(allowed)}, "
+                f"but it set up {self.distributed_type}; nothing was measured. On a CPU only 'ddp' works.")
+        built.trainer.model.register_forward_pre_hook(self._forward_pre, with_kwargs=True)
+        recorder = self
+
+        class _Grads(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+                if recorder.first_step and state.global_step == 0 and model is not None:
+                    recorder.grads = {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()
+                                      if p.requires_grad and p.grad is not None}
+
+        built.trainer.add_callback(_Grads())
+
+    def _forward_pre(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is not None:
+            self.tokens += ids.numel()
+            if self.first_ids is None:
+                self.first_ids = ids.detach().cpu().clone()
+
+
+def run_rank(recipe: Recipe, out: Path, strategy: str = "ddp", save: str | None = None,
+             first_step: bool = False) -> dict:
+    """Train and measure the recipe as this rank; write rank<N>.json (and rank<N>-first-step.pt) into `out`
+    and return what was written. In a plain process it is a one-process run (the tests' reference)."""
+    import torch
+
+
+    rank, world, local = rank_info()
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local)  # before anything touches the GPU: this rank's card
+    if world > 1:
+        from accelerate import PartialState
+
+        # the process group exists before the model loads: FSDP's CPU-RAM-efficient loading needs it
+        PartialState(cpu=not torch.cuda.is_available())
+    recorder = RankRecorder(strategy, first_step)
+    m = child.run_here(recipe, report_progress=rank == 0, on_built=recorder.on_built)
+    saved = False
+    if save and m.fits and recorder.trainer is not None:
+        recorder.trainer.save_model(save)  # every rank calls it (FSDP gathers); the Trainer writes on rank 0
+        saved = bool(recorder.trainer.args.should_save)
+    out.mkdir(parents=True, exist_ok=True)
+    if first_step:
+        torch.save({"grads": recorder.grads, "first_ids": recorder.first_ids}, out / f"rank{rank}-first-step.pt")
+    record = {"rank": rank, "world": world, "distributed_type": recorder.distributed_type,
+              "tokens": recorder.tokens, "saved": saved, "measurement": json.loads(m.to_json()),
+              "first_batch": fingerprint(recorder.first_ids) if recorder.first_ids is not None else ""}
+    (out / f"rank{rank}.json").write_text(json.dumps(record))
+    recorder.trainer = None
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under `accelerate launch -m course_utils.distributed_rank`."""
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--recipe", required=True, help="Recipe as JSON (Recipe.to_dict())")
+    parser.add_argument("--out", required=True, help="the run's folder: rank<N>.json goes there")
+    parser.add_argument("--strategy", default="ddp", choices=sorted(DISTRIBUTED_TYPES))
+    parser.add_argument("--save", default=None, help="save the trained adapter into this folder (rank 0 writes)")
+    parser.add_argument("--first-step", action="store_true", help="keep the first step's gradients and batch")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    rank, world, _ = rank_info()
+    try:
+        record = run_rank(Recipe.from_dict(json.loads(args.recipe)), out, args.strategy, args.save, args.first_step)
+    except Exception as exc:  # the parent raises it again, as the same type with the same message
+        if type(exc).__name__ not in CHILD_ERRORS:
+            raise
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{rank}.json").write_text(json.dumps({"rank": rank, **_child_error(exc)}))
+        return 3
+    finally:
+        _leave_process_group()
+    if record["measurement"]["status"] != "ok" and world > 1:
+        return DOES_NOT_FIT_EXIT  # the other ranks may wait in a collective that never comes: torchrun stops them
+    return 0
+
+
+def _leave_process_group() -> None:
+    """Destroy the process group if this rank made one (no warning at exit)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def fsdp_ready(recipe: Recipe) -> Recipe:
+    """A recipe as FSDP-QLoRA runs it (notebook 09; `course run --strategy fsdp`): 4-bit weights share one
+    storage dtype with every other weight of a unit, so no fp32 upcast (prepare_kbit=False); others unchanged."""
+    return recipe.with_(prepare_kbit=False, label=recipe.label) if recipe.load_in_4bit else recipe
+
+
+def rank_table(measurements) -> Table:
+    """Each rank of each multi-process measurement: its peak (tensor-level; CUDA's allocated and reserved on a
+    GPU), tokens trained and its own tokens/s, and a hash of its first batch (different ranks, different data)."""
+    unit = "MiB" if all((r["peak_bytes"] or 0) < GiB for m in measurements for r in m.per_rank) else "GiB"
+    scale = MiB if unit == "MiB" else GiB
+    columns = [Column("recipe", wrap=True), Column("rank", fmt="d"), Column("peak", unit, ".1f" if unit == "MiB"
+                                                                              else ".2f"),
+               Column("reserved", unit, ".1f" if unit == "MiB" else ".2f"), Column("tokens", fmt=",d"),
+               Column("tokens/s", fmt=",.0f"), Column("first batch")]
+    rows = [(m.label, r["rank"], r["peak_bytes"] / scale,
+             (r["cuda_max_reserved"] / scale) if r.get("cuda_max_reserved") else None, r["tokens"],
+             r["tokens_per_s"], r["first_batch"]) for m in measurements for r in m.per_rank]
+    return Table(columns, rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,32 +11,25 @@ Running out of memory is a result ("does not fit"), not a crash.
 
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import json
-import math
 import os
-import shlex
-import shutil
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .probe import PROGRESS, Probe, callback
-from .recipe import Recipe
-from .results import Measurement, ResultStore, default_store
-
-LAUNCHED_ENV = "COURSE_LAUNCHED_AT"  # when the parent started a measuring child (time.time())
-RUN_ID_ENV = "COURSE_RUN_ID"  # the measurement run a result belongs to (scripts/reference_runs.py sets it)
-
-
-class MeasurementError(RuntimeError):
-    """The training process failed for a reason other than memory; the message has its log's tail."""
-
+from course_utils import machine
+from course_utils.checks import check_runnable, uses_shipped_data
+from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_PREFIXES, _command, _does_not_fit,
+                                run_here, temp_folder)
+from course_utils.machine import HardwareError, resolve_precision
+from course_utils.models import ModelUnavailableError
+from course_utils.recipe import Recipe, RecipeError, ladder
+from course_utils.results import Measurement, ResultStore, default_store, environment
+from course_utils.show.report import results_table
+from course_utils.show.tables import Note
 
 # ---------------------------------------------------------------------------------------------
 # parent side
@@ -59,8 +52,6 @@ def measure(
     the same, but on CUDA the allocator's own peaks would include what this process already holds,
     so it is only taken on a CPU. isolate=None: a fresh process on a GPU, this process on a CPU.
     """
-    from .checks import check_runnable
-    from .provenance import environment
 
     store = store or default_store()
     env = environment()
@@ -88,35 +79,9 @@ def _as_asked(m: Measurement, recipe: Recipe) -> Measurement:
     return m
 
 
-TEMP_PREFIXES = ("course-measure-", "course-run-")  # + the owner's pid: see temp_folder()
-
-
-def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A temporary folder named after this process (prefix + pid + '-'), removed when its block ends. Those
-    of processes that no longer exist (killed with kill -9, which no cleanup survives) are removed first."""
-    root = Path(tempfile.gettempdir())
-    for stale in root.glob(f"{prefix}*-*"):
-        pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    """True when a process with this pid exists (or exists but is not ours to signal)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def child_env(recipe: Recipe) -> dict:
     """The measuring child's environment. A model trained on the shipped data ('tiny', a preset) never
     needs the hub, so its child is told so and opens no connection."""
-    from .checks import uses_shipped_data
 
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command(),
                **{LAUNCHED_ENV: repr(time.time())})
@@ -129,7 +94,7 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
     """Start `python -m course_utils.measure`, relay its progress, read its JSON result."""
     with temp_folder(TEMP_PREFIXES[0]) as tmp:
         out = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "course_utils.measure", "--recipe", json.dumps(recipe.to_dict()), "--out", str(out)]
+        cmd = [sys.executable, "-m", "course_utils.child", "--recipe", json.dumps(recipe.to_dict()), "--out", str(out)]
         if budget_gib is not None:
             cmd += ["--budget-gib", str(budget_gib)]
         env = child_env(recipe)
@@ -182,22 +147,11 @@ def relay(cmd: list[str], env: dict, bar, timeout_s: float | None, kill=None,
     return code, log, timed_out.is_set()
 
 
-CHILD_ERRORS = ("RecipeError", "HardwareError", "ModelUnavailableError", "MeasurementError")
-
-
-def _child_error(exc: BaseException) -> dict:
-    """What a child writes instead of a result when the recipe cannot run: the error's type and message."""
-    return {"child_error": type(exc).__name__, "message": str(exc)}
-
-
 def _read_child_result(d: dict) -> Measurement:
     """The child's result, or the error it reported, raised here as the same type with the same one-line
     message (no child traceback: the message says what was wrong and what to do)."""
     if "child_error" not in d:
         return Measurement.from_dict(d)
-    from .hardware import HardwareError
-    from .models import ModelUnavailableError
-    from .recipe import RecipeError
 
     kinds = {"RecipeError": RecipeError, "HardwareError": HardwareError,
              "ModelUnavailableError": ModelUnavailableError, "MeasurementError": MeasurementError}
@@ -241,190 +195,164 @@ def _progress_bar(recipe: Recipe, enabled: bool):
     return _StepBar(recipe) if enabled else None
 
 
-def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
-    """A 'does not fit' result, for when the process died before it could write one."""
-    from .provenance import environment
+@dataclass(frozen=True)
+class Outcome:
+    """One recipe of a measure_all run: its Measurement (labelled as the recipe), or why it was skipped."""
 
-    env = environment()
-    return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
-                       status="does_not_fit", error=why, date=_now(), command=_command(),
-                       run_id=os.environ.get(RUN_ID_ENV, ""))
+    recipe: Recipe
+    measurement: Measurement | None = None
+    skipped: str = ""  # why it was not measured; "" when it was
+    seconds: float = 0.0  # wall time of its measure() call (0.0 when skipped)
 
-
-# ---------------------------------------------------------------------------------------------
-# child side
-# ---------------------------------------------------------------------------------------------
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    @property
+    def label(self) -> str:
+        """The recipe's display name."""
+        return self.recipe.name
 
 
-def _command() -> str:
-    """The command that asked for this measurement (the parent's, passed down to the child)."""
-    if os.environ.get("COURSE_COMMAND"):
-        return os.environ["COURSE_COMMAND"]
-    argv = list(sys.argv)
-    if argv and argv[0].endswith(("ipykernel_launcher.py", "ipykernel/__main__.py")):
-        return "jupyter notebook"
-    return shlex.join([Path(argv[0]).name] + argv[1:]) if argv and argv[0] else "python (interactive)"
+class Results(list):
+    """What measure_all returns: one Outcome per recipe, in the order they were asked for."""
+
+    @property
+    def measured(self) -> list[Measurement]:
+        """The Measurements of the recipes that ran (or came from the store), in order, labelled as asked."""
+        return [o.measurement for o in self if o.measurement is not None]
+
+    @property
+    def skipped(self) -> dict[int, str]:
+        """{position: why} for the recipes that were not measured."""
+        return {i: o.skipped for i, o in enumerate(self) if o.measurement is None}
+
+    def table(self):
+        """results.results_table of every recipe, in order: a skipped one is a row with its reason."""
+
+        table = results_table(self.measured)
+        for i, why in sorted(self.skipped.items()):
+            table.rows.insert(i, [self[i].label, Note(f"skipped: {why}")])
+        return table
 
 
-def _env_dict(env) -> dict:
-    import dataclasses
+def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
+                isolate: bool | None = None, skip: dict[int, str] | None = None, desc: str = "recipes",
+                timeout_s: float | None = None, keep_going: bool = False, after_each=None,
+                stop_when=None) -> Results:
+    """Measure each recipe with measure(), in order; the one loop every driver of the course sits on.
 
-    return dataclasses.asdict(env)
+    skip: {position: why} for recipes not to measure (their Outcome keeps the reason). Every other recipe is
+    checked with checks.check_runnable before the first one is measured, so a bad one costs no run.
+    isolate: as in measure(), but None by default (a fresh process on a GPU, this process on a CPU).
+    keep_going=True: a run that fails (MeasurementError, not 'does not fit') is skipped with its error, and
+    the rest are measured. after_each(results so far) is called after each recipe (scripts print there).
+    desc names the progress bar over the recipes (progress=False: no bars).
+    stop_when(outcome) -> a reason, or None: once it gives a reason, every later recipe is skipped with it.
+    """
+    from tqdm.auto import tqdm
 
 
-def _startup_s() -> float:
-    """Seconds from the parent starting this measuring process to now (its imports), or 0.0 in-process."""
+    recipes, skip = list(recipes), dict(skip or {})
+    outside = sorted(set(skip) - set(range(len(recipes))))
+    if outside:
+        raise ValueError(f"skip names position(s) {outside}, but there are {len(recipes)} recipes "
+                         f"(positions 0 to {len(recipes) - 1}); give reasons only for recipes in the list.")
+    for i, recipe in enumerate(recipes):
+        if i not in skip:
+            check_runnable(recipe)
+    results = Results()
+    bar = tqdm(recipes, desc=desc, unit="recipe", disable=not progress)
+    stopped = ""
+    for i, recipe in enumerate(bar):
+        bar.set_postfix_str(recipe.name[:30])
+        if i in skip or stopped:
+            results.append(Outcome(recipe, None, skip.get(i, stopped)))
+        else:
+            results.append(_measure_one(recipe, keep_going, store=store, force=force, progress=progress,
+                                        isolate=isolate, timeout_s=timeout_s))
+            stopped = (stop_when(results[-1]) if stop_when is not None else None) or ""
+        if after_each is not None:
+            after_each(results)
+    return results
+
+
+def _measure_one(recipe: Recipe, keep_going: bool, **how) -> Outcome:
+    """measure(recipe, **how) as an Outcome; with keep_going, a failed run is one skipped with its error."""
+
+    started = time.perf_counter()
     try:
-        return round(max(0.0, time.time() - float(os.environ.pop(LAUNCHED_ENV))), 2)
-    except (KeyError, ValueError):
-        return 0.0
-
-
-def check_sane(recipe: Recipe, probe) -> None:
-    """A run that trained something other than its recipe, or diverged, is an error, not a result."""
-    wrong = sorted(probe.batch_sizes - {recipe.micro_batch})
-    if wrong:
-        raise MeasurementError(
-            f"{recipe.name!r} recorded micro_batch={recipe.micro_batch} but trained batches of {wrong} sequences; "
-            "nothing was stored. Lower micro_batch to what the data holds, or use a shorter max_seq_length.")
-    bad = [i + 1 for i, loss in enumerate(probe.losses) if not math.isfinite(loss)]
-    if bad:
-        raise MeasurementError(
-            f"{recipe.name!r} diverged: the loss was not finite at step(s) {bad} (losses {probe.losses}); nothing "
-            f"was stored. Lower learning_rate (now {recipe.learning_rate}), or use fp32/bf16 instead of fp16.")
-
-
-def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None) -> Measurement:
-    """Build and train the recipe in this process and measure it (measure() calls this in a child).
-    report_progress: True prints progress lines for a parent; a callable gets (step, seconds) per step
-    and, if it has one, its close() at the end. on_built: called with the build.Built before training
-    (distributed.py's ranks add their callbacks and hooks there, and keep the trainer to save the adapter)."""
-    try:
-        return _run_here(recipe, budget_gib, report_progress, on_built)
-    finally:
-        if hasattr(report_progress, "close"):
-            report_progress.close()
-
-
-def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_built=None) -> Measurement:
-    """run_here's body."""
-    import torch
-
-    from .build import build
-    from .hardware import GiB, device_type, resolve_precision
-    from .memtrack import BudgetExceeded, MemoryTracker, model_state_tensors, tensor_bytes
-    from .provenance import environment
-
-    t0 = time.perf_counter()
-    startup = _startup_s()
-    device = device_type()
-    env = environment()
-    budget = int(budget_gib * GiB) if budget_gib is not None else None
-    tracker = MemoryTracker(device, budget_bytes=budget)
-    probe = Probe(recipe, tracker, device, report_progress)
-    base = dict(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
-                date=_now(), command=_command(), run_id=os.environ.get(RUN_ID_ENV, ""))
-    workdir = temp_folder(TEMP_PREFIXES[1])  # the trainer's output_dir, removed after
-    try:
-        built = build(recipe, callbacks=(callback(probe),), output_dir=workdir.name)
-        build_s = round(time.perf_counter() - t0, 2)
-    except BaseException as exc:  # out of memory while loading is a result too: the model alone does not fit
-        workdir.cleanup()  # on every way out, Ctrl-C included
-        if not (isinstance(exc, Exception) and is_out_of_memory(exc)):
+        m = measure(recipe, **how)
+    except MeasurementError as exc:
+        if not keep_going:
             raise
-        return Measurement(**base, status="does_not_fit", error=f"out of memory while loading the model: "
-                           f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                           precision=resolve_precision(recipe.precision), duration_s=round(time.perf_counter() - t0, 2),
-                           startup_s=startup, notes=[n for n in [apply_profile_note()] if n])
-    model = built.trainer.model
-    model.register_forward_pre_hook(probe.forward_pre, with_kwargs=True)
-    model.register_forward_hook(probe.forward_post, with_kwargs=True)
-    for p in model.parameters():
-        if p.requires_grad:
-            p.register_post_accumulate_grad_hook(probe.grad_ready)
-    status, error = "ok", ""
-    try:
-        if on_built is not None:
-            on_built(built)
-        built.trainer.train()
-    except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
-        status = "does_not_fit"
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
-        if isinstance(exc, BudgetExceeded):
-            error += f" (simulated budget {budget_gib} GiB)"
-    finally:
-        if probe.tracking:
-            probe.stop_tracking()
-        workdir.cleanup()
-    if status == "ok":
-        check_sane(recipe, probe)
-    # the median step, so one step slowed by a busy machine does not move the figure
-    rate = statistics.median(probe.step_rates) if probe.step_rates and status == "ok" else None
-    cuda = device == "cuda"
-    return Measurement(
-        **base,
-        status=status,
-        error=error,
-        peak_bytes=tracker.peak,
-        peak_by_category=dict(tracker.peak_by_category),
-        cuda_max_allocated=torch.cuda.max_memory_allocated() if cuda else None,
-        cuda_max_reserved=torch.cuda.max_memory_reserved() if cuda else None,
-        tokens_per_s=round(rate, 1) if rate else None,
-        losses=probe.losses,
-        precision=built.precision,
-        trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
-        model_bytes=tensor_bytes(model_state_tensors(model)),
-        duration_s=round(time.perf_counter() - t0, 2),
-        startup_s=startup,
-        build_s=build_s,
-        notes=built.notes,
-        timing=probe.timing() if status == "ok" else {},
-    )
+        return Outcome(recipe, None, f"failed: {exc}", round(time.perf_counter() - started, 1))
+    return Outcome(recipe, m, "", round(time.perf_counter() - started, 1))
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for every way running out of device memory surfaces: torch's OutOfMemoryError, and the
-    RuntimeErrors that CUDA kernels (bitsandbytes' among them) and accelerate raise."""
-    import torch
+def ladder_here(base: Recipe, upto: int | None = None) -> tuple[list[Recipe], dict[int, str]]:
+    """The chapter's ladder from `base` (its first `upto` rungs) as it runs here, mixed precision resolved,
+    and {position: why} for the rungs that are then the same recipe as the rung above (on a CPU, mixed
+    precision is fp32, so that rung is the one before it)."""
 
-    if isinstance(exc, torch.OutOfMemoryError):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, (RuntimeError, ValueError)) and ("out of memory" in text or "cuda_error_out_of_memory" in text)
-
-
-def apply_profile_note() -> str | None:
-    """The device profile's note for a result (None without a profile)."""
-    from .hardware import active_profile
-
-    prof = active_profile()
-    return f"{prof.label}: {prof.card_bytes / 2**30:.2f} GiB for the whole card" if prof else None
+    asked = ladder(base)[:upto]
+    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
+    same = {i: _same_as_above(asked[i - 1], asked[i], machine.device_type())
+            for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
+    return rungs, same
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Child entry point: python -m course_utils.measure --recipe JSON --out FILE."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--recipe", required=True, help="Recipe as JSON (Recipe.to_dict())")
-    parser.add_argument("--out", required=True, help="where to write the Measurement JSON")
-    parser.add_argument("--budget-gib", type=float, default=None)
-    args = parser.parse_args(argv)
-    try:
-        recipe = Recipe.from_dict(json.loads(args.recipe))
-        result = run_here(recipe, args.budget_gib, report_progress=True).to_json()
-    except Exception as exc:  # an error the parent raises again as the same type, with the same message
-        if type(exc).__name__ not in CHILD_ERRORS:
-            raise
-        Path(args.out).write_text(json.dumps(_child_error(exc)))
-        return 3
-    Path(args.out).write_text(result)
-    return 0
+def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
+               upto: int | None = None, isolate: bool | None = None) -> tuple[list[Measurement], dict[int, str]]:
+    """Measure the chapter's ladder from `base`, one technique added per rung (the first `upto` rungs).
+
+    Returns a measurement per rung in order and the rungs skipped here, with the reason (ladder_here); a
+    skipped rung's entry is the rung above's measurement under its own recipe. isolate: as in measure();
+    the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
+    tensor-level figures are the same and seven process start-ups would cost most of a minute.
+    """
+    rungs, same = ladder_here(base, upto)
+    results = measure_all(rungs, store=store, force=force, progress=progress, isolate=isolate, skip=same,
+                          desc="ladder")
+    out: list[Measurement] = []
+    for o in results:
+        out.append(o.measurement or Measurement(**{**out[-1].__dict__, "recipe": o.recipe.to_dict(), "cached": True}))
+    return out, results.skipped
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
+    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
+    changed = {f: getattr(rung, f) for f in ("precision", "micro_batch", "grad_accum", "optimizer",
+                                             "gradient_checkpointing", "load_in_4bit", "max_seq_length")
+               if getattr(rung, f) != getattr(before, f)}
+    if changed.get("precision") == "auto":
+        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
+    if not changed:
+        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
+                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
+    said = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return f"its change ({said}) is already in the rung above: same recipe"
 
 
-# the driver (many recipes, in order) lives in runs.py; notebooks and scripts import it from here too
-from .runs import Outcome, Results, ladder_here, measure_all, run_ladder, sweep  # noqa: E402,F401
+GROWING = ("max_seq_length", "micro_batch")  # knobs whose memory only grows with the value
+
+
+def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,
+          progress: bool = True) -> list[Measurement]:
+    """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512), one
+    Measurement per value, in order.
+
+    By default (isolate=None) the runs share this process on a CPU (tensor-level figures are the
+    same as in a fresh process, and a sweep takes seconds, not minutes); on a GPU each is isolated.
+    For a knob in GROWING with rising values, once one value does not fit the larger ones are not run
+    (their memory only grows): each is a 'does not fit' result that says so, and is not stored.
+    """
+
+    values = list(values)
+    recipes = [base.with_(**{knob: value}, label=f"{knob}={value}") for value in values]
+    rising = knob in GROWING and values == sorted(values)
+
+    def stop_when(o):
+        if rising and o.measurement is not None and not o.measurement.fits:
+            return f"not run: {o.label} did not fit, and a larger {knob} needs more memory"
+        return None
+
+    results = measure_all(recipes, store=store, progress=progress, isolate=isolate, desc=f"{knob} sweep",
+                          stop_when=stop_when)
+    return [o.measurement or _does_not_fit(o.recipe, o.skipped) for o in results]

@@ -19,14 +19,13 @@ largest total seen, with its split by category at that moment.
 
 from __future__ import annotations
 
-import weakref
-from typing import Iterable
-
 import torch
+import weakref
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+from typing import Iterable
 
-from .common import CATEGORIES  # noqa: F401  (memtrack.CATEGORIES: what a byte is tagged as)
+from course_utils.common import CATEGORIES  # noqa: F401  (memtrack.CATEGORIES: what a byte is tagged as)
 
 PHASE_CATEGORY = {"forward": "activations", "after_forward": "temporaries", "optimizer": "temporaries", "idle": "other"}
 

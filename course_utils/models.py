@@ -15,8 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
-from .common import file_lock as _file_lock, lock_path as _lock_path  # the package's one file lock
+from course_utils.common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
+from course_utils.common import file_lock as _file_lock, lock_path as _lock_path
 
 TINY = "tiny"
 
@@ -150,7 +150,7 @@ def tiny_model_path(rebuild: bool = False) -> Path:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from .data import corpus_text
+        from course_utils.data import corpus_text
 
         tokenizer = build_tokenizer(corpus_text())
         vocab = -(-len(tokenizer) // 64) * 64
@@ -193,7 +193,7 @@ def shipped_token_count() -> int:
         return int(json.loads(cache.read_text())["tokens"])
     from transformers import AutoTokenizer
 
-    from .data import corpus_text
+    from course_utils.data import corpus_text
 
     ids = AutoTokenizer.from_pretrained(folder)(corpus_text())["input_ids"]
     tokens = sum(len(i) + 1 for i in ids)
@@ -280,7 +280,7 @@ def resolve_model(model: str) -> str:
     Raises ModelUnavailableError at once (not after a 46 s hub time-out) when a hub id cannot be
     reached, and says how to use the embedded default instead.
     """
-    from .data import hub_reachable
+    from course_utils.data import hub_reachable
 
     if model == TINY:
         return str(tiny_model_path())
@@ -374,10 +374,10 @@ def load_config(model: str):
             raise ModelUnavailableError(f"The folder {model!r} holds no readable model config.json "
                                         f"({type(exc).__name__}): pass a model's folder.") from None
     if not _in_hub_cache(model):
-        from .data import hub_address, hub_reachable
+        from course_utils.data import hub_address, hub_reachable
 
         if not hub_reachable():
-            from .data import _offline_mode
+            from course_utils.data import _offline_mode
 
             host, port = hub_address()
             why = ("HF_HUB_OFFLINE is set" if _offline_mode() else

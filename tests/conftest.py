@@ -77,7 +77,7 @@ def tiny_check_run(tiny_model):
     process, on first use): test_estimate holds the estimator to all of them, and test_measure reads each
     technique's effect off two rungs of its ladder."""
     from course_utils.estimate import tiny_check_recipes
-    from course_utils.measure import run_here
+    from course_utils.child import run_here
 
     recipes = {r.label: r for r in tiny_check_recipes()}
     done = {}
@@ -100,7 +100,7 @@ def cli_baseline_recipe():
     """The first rung of `course run CLI_RUN_ARGS`, built by the CLI's own parser and base recipe."""
     from course_utils.cli import build_parser
     from course_utils.cli_recipe import run_recipe
-    from course_utils.hardware import resolve_precision
+    from course_utils.machine import resolve_precision
     from course_utils.recipe import ladder
 
     rung = ladder(run_recipe(build_parser().parse_args(["run", *CLI_RUN_ARGS])))[0]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import random
 import sys
 
-from course_utils import beyond
+from course_utils.chapter import beyond_the_recipe as beyond
 from course_utils.recipe import Recipe, ladder, source_chapter_recipe
-from course_utils.results import MiB, Measurement, reference_results
+from course_utils.common import MiB
+from course_utils.results import Measurement, reference_results
 
 CPU = "CPU (2 cores, x86_64)"
 
@@ -129,7 +130,7 @@ TITLES = {"03": "Memory against speed, every technique so far",
 
 def draw(case: str):
     """The notebook's figure for this case, as its cell draws it."""
-    from course_utils.notebook import technique_figure
+    from course_utils.chapter.every_notebook import technique_figure
 
     mine, reference = CASES[case]()
     return technique_figure(mine, reference, title=TITLES[case[:2]])

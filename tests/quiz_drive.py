@@ -71,8 +71,8 @@ def learner_session(bank: str = BANK) -> dict:
     Returns what the learner sees, as plain data (it crosses a process boundary as JSON)."""
     import ipywidgets
 
-    from course_utils.checklist import checklist_widget
-    from course_utils.quiz import make_quiz
+    from course_utils.chapter.complete_recipe import checklist_widget
+    from course_utils.chapter.quiz.widget import make_quiz
     from course_utils.recipe import Recipe
 
     quiz = make_quiz(bank)
@@ -114,7 +114,8 @@ def learner_session(bank: str = BANK) -> dict:
 
 def check_session(seen: dict, bank: str = BANK) -> None:
     """Assert that `learner_session` saw the right feedback (graded from the bank itself)."""
-    from course_utils.quiz import _plain, load_bank
+    from course_utils.chapter.quiz.widget import _plain
+    from course_utils.chapter.quiz.bank import load_bank
 
     questions = load_bank(bank).questions
     single, multi, num = (next(q for q in questions if q.type == t) for t in ("single", "multiple", "numeric"))
@@ -166,7 +167,7 @@ def check_session(seen: dict, bank: str = BANK) -> None:
     assert all(seen["checklist_ticked"][:5])  # QLoRA, checkpointing, accumulation, 8-bit optimizer, bf16
     # the report is an HTML table, one row per item (no <pre> of 100-character lines, which wrapped mid-word
     # beside the checkboxes at 1366 px), its statements as text that wraps between words
-    from course_utils.checklist import CHECKLIST
+    from course_utils.chapter.complete_recipe import CHECKLIST
 
     for state in ("checklist_t4", "checklist_no_qlora", "checklist_cpu"):
         report = seen[state]

@@ -11,10 +11,11 @@ import os
 
 import pytest
 
-from course_utils import after, merging
-from course_utils.after import AdapterError
+from course_utils.chapter import after_training as after
+from course_utils.chapter import merging
+from course_utils.chapter.after_training import AdapterError
 from course_utils.recipe import Recipe, RecipeError
-from course_utils.tables import WIDTH
+from course_utils.show.tables import WIDTH
 
 RECIPE = Recipe(model="tiny", micro_batch=2, max_seq_length=128, steps=4, warmup_steps=0, learning_rate=1e-3,
                 label="after test")
@@ -34,7 +35,7 @@ def saved(tiny_model, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generated(saved):
-    """Before/after continuations from `python -m course_utils.after generate` (a fresh process)."""
+    """Before/after continuations from `python -m course_utils.chapter.after_training generate` (a fresh process)."""
     return after.generate_before_after(saved.folder, max_new_tokens=8)
 
 
@@ -168,7 +169,7 @@ def test_merge_estimate_is_the_shapes_arithmetic():
 
 
 def test_a_merge_whose_estimate_does_not_fit_the_card_is_not_started(saved, monkeypatch):
-    from course_utils import hardware
+    from course_utils import machine as hardware
 
     monkeypatch.setattr(hardware, "device_type", lambda: "cuda")  # a GPU with less free than the merge needs
     estimate = merging.merge_estimate("tiny", load_in_4bit=False)
@@ -180,7 +181,7 @@ def test_a_merge_whose_estimate_does_not_fit_the_card_is_not_started(saved, monk
 
 
 def test_what_a_gpu_runs_in_a_fresh_process_is_the_same_call(saved, tmp_path, capsys, monkeypatch):
-    """On a GPU train_and_save and merge_adapter run `python -m course_utils.after train` and `python -m
+    """On a GPU train_and_save and merge_adapter run `python -m course_utils.chapter.after_training train` and `python -m
     course_utils.merging` (so the kernel keeps no CUDA memory); their commands, run here in this process,
     print what the in-process calls return."""
     assert after.main(["train", "--recipe", json.dumps(RECIPE.to_dict()), "--folder", str(tmp_path / "a"),
@@ -193,7 +194,7 @@ def test_what_a_gpu_runs_in_a_fresh_process_is_the_same_call(saved, tmp_path, ca
     assert (m.bytes_after, m.peak_bytes, m.stored_as) == (here.bytes_after, here.peak_bytes, here.stored_as)
     seen = []  # and on a GPU, isolate=None takes the fresh-process path
     monkeypatch.setattr(after, "in_fresh_process", lambda args, *a, **k: seen.append(args) or {**d, "folder": args[4]})
-    from course_utils import hardware
+    from course_utils import machine as hardware
     monkeypatch.setattr(hardware, "device_type", lambda: "cuda")
     assert after.train_and_save(RECIPE, tmp_path / "b").folder == tmp_path / "b" and seen[-1][0] == "train"
 
@@ -217,7 +218,7 @@ def test_memory_stats_on_a_cpu_show_the_tensor_level_peak():
 def test_memory_stats_on_a_gpu_read_reserved_and_the_card(monkeypatch):
     import torch
 
-    from course_utils import hardware
+    from course_utils import machine as hardware
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (12 * 2**30, 16 * 2**30))

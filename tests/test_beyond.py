@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import beyond
+from course_utils.chapter import beyond_the_recipe as beyond
+from course_utils.chapter import toward_the_limit
 from course_utils.recipe import LATER_FIELDS, Recipe, source_chapter_recipe
 from course_utils.results import Measurement, all_reference_results
 
@@ -175,7 +176,7 @@ def test_peer_comparison_says_who_is_ahead_on_what(monkeypatch):
         {"batch": "1x16", "micro_batch": 1, "grad_accum": 16, "peak_allocated_gib": 5.88, "tokens_per_s": 1406},
         {"batch": "16x1", "micro_batch": 16, "grad_accum": 1, "peak_allocated_gib": 7.62, "tokens_per_s": 11503}]}}
     monkeypatch.setattr(beyond, "peers", lambda model="llama-3.1-8b": quoted)
-    text = beyond.peer_comparison({"1x16": [fake("ours", 5.0, 2000)], "16x1": [fake("big", 9.0, 11000)]})
+    text = toward_the_limit.peer_comparison({"1x16": [fake("ours", 5.0, 2000)], "16x1": [fake("big", 9.0, 11000)]})
     assert "unsloth" in text
     assert "less memory (-15%), faster (+42%)" in text
     assert "more memory (+18%), slower (-4%)" in text
@@ -196,20 +197,20 @@ def test_shipped_side_by_side_run_meets_the_targets_and_records_its_provenance()
 
 
 def test_shipped_peers_have_their_provenance():
-    p = beyond.peers()["unsloth"]
+    p = toward_the_limit.peers()["unsloth"]
     assert p["version"] and p["hardware"] and p["source"] and p["settings"]
     assert {r["batch"] for r in p["runs"]} == {"1x16", "16x1"}
 
 
 def test_planner_checks_ship_with_the_source_of_the_same_run():
-    from course_utils.plan import shipped_checks
+    from course_utils.chapter.complete_recipe import shipped_checks
 
     text = shipped_checks("llama-3.1-8b")
     assert text.count("fits, ") >= 2 and "does not fit, source recipe" in text and "check_plan.py" in text
 
 
 def test_planner_factors_come_from_measured_pairs():
-    from course_utils.plan import speed_of, tuning_factor
+    from course_utils.estimate.plan import speed_of, tuning_factor
 
     refs = [m for m in all_reference_results() if m.fits and m.tokens_per_s]
     r = source_chapter_recipe().with_(prepare_kbit=False, liger_kernels=True, micro_batch=8, grad_accum=2,
@@ -221,7 +222,7 @@ def test_planner_factors_come_from_measured_pairs():
 
 
 def test_beyond_script_prints_the_shipped_table(capsys, tmp_path):
-    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "beyond_recipe.py"), run_name="beyond_recipe")
     shipped = ROOT / "course_utils" / "reference" / "beyond" / "llama-3.1-8b.jsonl"
     assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only",
                            "--peer-out", str(tmp_path / "no-peers.jsonl")]) == 0  # our table alone
@@ -230,10 +231,10 @@ def test_beyond_script_prints_the_shipped_table(capsys, tmp_path):
     assert "lean recipe (4x4)   " in out.split("the source recipe's loss fell by")[1]  # the loss table's row
 
 
-# --- the peer in the benchmark (scripts/peer_unsloth.py, run by beyond_recipe.py --peers unsloth) ------------
+# --- the peer in the benchmark (scripts/gpu/peer_unsloth.py, run by beyond_recipe.py --peers unsloth) ------------
 def fake_peer(micro_batch: int, grad_accum: int, allocated_gib: float, tokens_per_s: float, run_id: str = "r",
               losses=()) -> Measurement:
-    r = beyond.peer_recipe("llama-3.1-8b", micro_batch, grad_accum, 20, label=f"Unsloth ({micro_batch}x{grad_accum})")
+    r = toward_the_limit.peer_recipe("llama-3.1-8b", micro_batch, grad_accum, 20, label=f"Unsloth ({micro_batch}x{grad_accum})")
     m = fake(r.label, allocated_gib, tokens_per_s, losses, micro_batch=micro_batch, grad_accum=grad_accum,
              optimizer="adamw_8bit", prepare_kbit=False, steps=20, warmup_steps=1)
     assert m.recipe_key == r.key
@@ -242,7 +243,7 @@ def fake_peer(micro_batch: int, grad_accum: int, allocated_gib: float, tokens_pe
 
 
 def peer_script() -> dict:
-    return runpy.run_path(str(ROOT / "scripts" / "peer_unsloth.py"), run_name="peer_unsloth")
+    return runpy.run_path(str(ROOT / "scripts" / "gpu" / "peer_unsloth.py"), run_name="peer_unsloth")
 
 
 def test_rows_take_ratios_to_the_peer_at_the_same_batching():
@@ -264,46 +265,46 @@ def test_peer_checks_take_our_closest_recipe_at_each_of_its_settings():
     peers = [fake_peer(16, 1, 8.0, 10000), fake_peer(1, 16, 6.0, 1600)]
     ours = [fake("source", 8.2, 1000), fake("slow but small", 6.0, 9000, micro_batch=16, grad_accum=1),
             fake("ahead", 6.4, 10600, micro_batch=16, grad_accum=1)]
-    checks = beyond.peer_checks(ours, peers)
+    checks = toward_the_limit.peer_checks(ours, peers)
     assert [met for *_, met in checks] == [True, False]
     assert checks[0][1] == ["ahead: 0.80 x memory, 1.06 x speed", "slow but small: 0.75 x memory, 0.90 x speed"]
     assert checks[1][1] == ["source: 1.37 x memory, 0.62 x speed"]  # every recipe at the batching, closest first
-    assert "no recipe of ours at 1x16" in beyond.peer_checks(ours[1:], peers)[1][1][0]
+    assert "no recipe of ours at 1x16" in toward_the_limit.peer_checks(ours[1:], peers)[1][1][0]
 
 
 def test_latest_peer_runs_are_the_peer_recipes_of_this_run():
     runs = [fake_peer(16, 1, 8.0, 1, run_id="a"), fake_peer(16, 1, 7.0, 2, run_id="b"), fake_peer(1, 16, 6, 3, "a"),
             fake("ours", 1, 1, micro_batch=16, grad_accum=1)]
-    assert [m.tokens_per_s for m in beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20)] == [2, 3]
-    assert [m.tokens_per_s for m in beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20, "a")] == [1, 3]
-    assert beyond.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 4) == []  # other step counts: other recipes
-    assert beyond.peer_name(runs[0]) == "unsloth" and beyond.peer_name(runs[-1]) is None
+    assert [m.tokens_per_s for m in toward_the_limit.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20)] == [2, 3]
+    assert [m.tokens_per_s for m in toward_the_limit.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 20, "a")] == [1, 3]
+    assert toward_the_limit.latest_peer_runs(runs, "unsloth", "llama-3.1-8b", 4) == []  # other step counts: other recipes
+    assert toward_the_limit.peer_name(runs[0]) == "unsloth" and toward_the_limit.peer_name(runs[-1]) is None
 
 
 def test_peers_prefer_measured_runs_and_keep_the_readers_working(monkeypatch):
-    from course_utils import facts
+    from course_utils.chapter import facts
 
     measured = [fake_peer(16, 1, 7.62, 11476.4, losses=[11.9, 11.0]), fake_peer(1, 16, 5.88, 1673.2)]
     monkeypatch.setattr(beyond, "peer_reference", lambda model="llama-3.1-8b": measured)
-    p = beyond.peers()["unsloth"]
+    p = toward_the_limit.peers()["unsloth"]
     assert p["measured"] and p["version"] == "unsloth 2026.10.9" and p["hardware"] == "NVIDIA H200"
     assert "16x1" not in p["settings"] and "adamw_8bit" in p["settings"] and "peer_unsloth.py" in p["source"]
     assert [(r["batch"], r["peak_allocated_gib"], r["tokens_per_s"]) for r in p["runs"]] == [
         ("16x1", 7.62, 11476), ("1x16", 5.88, 1673)]
     assert facts.peer("1x16").tokens_per_s == 1673 and facts.peer("16x1").version == "unsloth 2026.10.9"
-    assert "unsloth 2026.10.9, 16x1" in beyond.peer_comparison({"16x1": [fake("ours", 6.0, 12000)]})
+    assert "unsloth 2026.10.9, 16x1" in toward_the_limit.peer_comparison({"16x1": [fake("ours", 6.0, 12000)]})
 
 
 def test_peer_runs_ship_apart_from_ours():
     """The estimator and the planner are checked on every .jsonl of reference/beyond/: the peer's runs are not ours."""
-    assert beyond.peer_reference() == [] or all(beyond.peer_name(m) for m in beyond.peer_reference())
-    assert not any(beyond.peer_name(m) for m in all_reference_results())
+    assert beyond.peer_reference() == [] or all(toward_the_limit.peer_name(m) for m in beyond.peer_reference())
+    assert not any(toward_the_limit.peer_name(m) for m in all_reference_results())
 
 
 def test_peer_recipe_keeps_what_the_source_recipe_trains():
     src = beyond.source(steps=20)
-    for mb, ga in beyond.PEER_BATCHES:
-        r = beyond.peer_recipe("llama-3.1-8b", mb, ga, 20)
+    for mb, ga in toward_the_limit.PEER_BATCHES:
+        r = toward_the_limit.peer_recipe("llama-3.1-8b", mb, ga, 20)
         assert r.tokens_per_step == src.tokens_per_step and r.warmup_steps == src.warmup_steps == 1
         for knob in ("lora_r", "lora_alpha", "lora_dropout", "lora_targets", "max_seq_length", "learning_rate",
                      "seed", "precision", "load_in_4bit", "double_quant", "gradient_checkpointing"):
@@ -331,7 +332,7 @@ def test_peer_trains_with_build_s_settings(tmp_path):
 
     from course_utils.build import sft_config
 
-    recipe = beyond.peer_recipe("tiny", 16, 1, 20).with_(precision="fp32")
+    recipe = toward_the_limit.peer_recipe("tiny", 16, 1, 20).with_(precision="fp32")
     ours = sft_config(recipe, "fp32", str(tmp_path))
     peer = SFTConfig(**peer_script()["sft_kwargs"](recipe, str(tmp_path), on_cuda=False))
     for name in ("per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "learning_rate",
@@ -366,7 +367,7 @@ def test_peer_measures_with_the_course_probe(tmp_path):
 
 
 def test_beyond_recipe_runs_the_peer_in_its_own_environment(tmp_path, monkeypatch, capsys):
-    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "beyond_recipe.py"), run_name="beyond_recipe")
     calls = []
 
     class Done:
@@ -397,7 +398,7 @@ def test_beyond_script_prints_the_peer_beside_the_shipped_table(tmp_path, capsys
     store = ResultStore(tmp_path / "peers.jsonl")
     store.add(fake_peer(16, 1, 7.62, 11476, losses=[11.9, 11.8, 11.6]))
     store.add(fake_peer(1, 16, 5.88, 1673))
-    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "beyond_recipe.py"), run_name="beyond_recipe")
     shipped = ROOT / "course_utils" / "reference" / "beyond" / "llama-3.1-8b.jsonl"
     assert script["main"](["--set", "curves", "--out", str(shipped), "--print-only", "--peer-out",
                            str(store.path)]) == 0
@@ -410,7 +411,7 @@ def test_beyond_script_prints_the_peer_beside_the_shipped_table(tmp_path, capsys
 def test_peer_wheel_is_stripped_with_a_record_that_lists_what_is_left(tmp_path):
     import zipfile
 
-    wheels = runpy.run_path(str(ROOT / "scripts" / "peer_wheels.py"), run_name="peer_wheels")
+    wheels = runpy.run_path(str(ROOT / "scripts" / "device" / "peer_wheels.py"), run_name="peer_wheels")
     wheel = tmp_path / "unsloth-1-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("unsloth/__init__.py", "x = 1\n")
@@ -426,10 +427,10 @@ def test_peer_wheel_is_stripped_with_a_record_that_lists_what_is_left(tmp_path):
 
 
 def test_the_peer_set_holds_the_issue_table_in_one_run():
-    script = runpy.run_path(str(ROOT / "scripts" / "beyond_recipe.py"), run_name="beyond_recipe")
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "beyond_recipe.py"), run_name="beyond_recipe")
     recipes = script["recipe_set"]("peer", "llama-3.1-8b", 6)
     assert recipes[0].label == "source recipe (1x16)" and all(r.steps == 6 for r in recipes)
     shapes = {beyond.batching(r) for r in recipes}
-    assert {f"{m}x{g}" for m, g in beyond.PEER_BATCHES} <= shapes  # ours at each of the peer's settings
+    assert {f"{m}x{g}" for m, g in toward_the_limit.PEER_BATCHES} <= shapes  # ours at each of the peer's settings
     assert {r.tokens_per_step for r in recipes} == {recipes[0].tokens_per_step}
     assert "+ Liger kernels" in [r.label for r in recipes] and "lean recipe (4x4)" in [r.label for r in recipes]

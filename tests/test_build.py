@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from course_utils import build as build_mod
-from course_utils import hardware, models
+from course_utils import checks
+from course_utils import machine as hardware
+from course_utils import models
 from course_utils.build import build, lora_config, quantization_config, sft_config
-from course_utils.hardware import HardwareError
+from course_utils.machine import HardwareError
 from course_utils.memtrack import model_state_tensors, tensor_bytes
 from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe, RecipeError
@@ -289,7 +291,7 @@ def test_bitsandbytes_unusable_is_a_hardware_error_with_advice(monkeypatch, reci
 
 def test_plain_recipe_does_not_need_bitsandbytes(tiny_model, monkeypatch):
     monkeypatch.setattr(build_mod, "bitsandbytes_status", lambda: (False, "simulated"))
-    assert build_mod.check_hardware(Recipe()) == "fp32"
+    assert checks.check_hardware(Recipe()) == "fp32"
 
 
 def test_bf16_forced_where_unsupported(monkeypatch):

@@ -17,8 +17,9 @@ from importlib import metadata
 import pytest
 
 from course_utils import measure as measure_mod
+from course_utils import child
 from course_utils.cli import main
-from course_utils.hardware import device_name
+from course_utils.machine import device_name
 from course_utils.recipe import LADDER_STEPS
 from course_utils.results import Measurement, ResultStore
 
@@ -49,7 +50,7 @@ def ladder_run(baseline_measurement, shared_store, cli_run_args, tmp_path_factor
     how: list[tuple[str, str]] = []
     def child(recipe, budget_gib, progress, timeout_s):
         how.append((recipe.label, "in-process"))
-        return measure_mod.run_here(recipe, budget_gib)
+        return child.run_here(recipe, budget_gib)
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -151,7 +152,7 @@ def test_unparseable_arguments_exit_2(capsys, args):
 
 def test_unavailable_model_exits_2_with_advice(capsys, tmp_path, monkeypatch):
     # in-process instead of a child, so the ModelUnavailableError reaches main() itself
-    monkeypatch.setattr(measure_mod, "_run_child", lambda recipe, budget, progress, timeout: measure_mod.run_here(recipe))
+    monkeypatch.setattr(measure_mod, "_run_child", lambda recipe, budget, progress, timeout: child.run_here(recipe))
     code = main(["run", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "out"),
                  "--store", str(tmp_path / "r.jsonl"), "--no-progress"])
     assert code == 2

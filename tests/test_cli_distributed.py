@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from course_utils import cli, distributed
+from course_utils import cli
+from course_utils import distributed
 from course_utils.cli import build_parser, main
 
 
@@ -57,7 +58,7 @@ def test_run_with_gpus_launches_every_rung(monkeypatch, capsys, tmp_path):
     """Each rung that is not skipped goes to distributed.launch with the GPU count and strategy; the table, the
     rank table and the files follow from what launch returns (a combined two-rank Measurement)."""
     from course_utils.distributed import combine
-    from course_utils.measure import run_here
+    from course_utils.child import run_here
 
     calls = []
 
@@ -72,7 +73,7 @@ def test_run_with_gpus_launches_every_rung(monkeypatch, capsys, tmp_path):
 
     monkeypatch.setattr(distributed, "launch", fake_launch)
     monkeypatch.setattr(distributed, "check_launch", lambda recipe, gpus, strategy: "cpu")
-    monkeypatch.setattr("course_utils.runs.ladder_here", lambda base: ([base, base.with_(label="+ twice")], {1: "same"}))
+    monkeypatch.setattr("course_utils.measure.ladder_here", lambda base: ([base, base.with_(label="+ twice")], {1: "same"}))
     code = main(["run", "--gpus", "2", "--out", str(tmp_path / "out"), "--store", str(tmp_path / "r.jsonl"),
                  "--no-progress", "--steps", "4", "--seq", "32"])
     captured = capsys.readouterr()

@@ -15,7 +15,7 @@ import pytest
 from course_utils import data
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPT = REPO / "scripts" / "make_instructions.py"
+SCRIPT = REPO / "scripts" / "data" / "make_instructions.py"
 DOLLY_CATEGORIES = {
     "open_qa",
     "closed_qa",

@@ -1,4 +1,4 @@
-"""scripts/detached.py: a job that outlives the command that started it, waited for and collected later."""
+"""scripts/device/detached.py: a job that outlives the command that started it, waited for and collected later."""
 
 import os
 import signal
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = [sys.executable, str(ROOT / "scripts" / "detached.py")]
+SCRIPT = [sys.executable, str(ROOT / "scripts" / "device" / "detached.py")]
 
 
 def run(*args, timeout=60):

@@ -1,4 +1,4 @@
-"""scripts/device_wheels.py: the wheels a lent GPU machine gets, and the T4 check's preflight agree (no network)."""
+"""scripts/device/device_wheels.py: the wheels a lent GPU machine gets, and the T4 check's preflight agree (no network)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def _script(name: str) -> dict:
     """The script's namespace, its top level run with this process's environment and sys.path restored after it
     (t4_check sets COURSE_PROFILE=t4, which would put every later test in this session under the T4 profile)."""
     with mock.patch.dict(os.environ), mock.patch.object(sys, "path", list(sys.path)):
-        return runpy.run_path(str(ROOT / "scripts" / f"{name}.py"), run_name=name)
+        return runpy.run_path(str(next((ROOT / "scripts").rglob(f"{name}.py"))), run_name=name)
 
 
 def test_loading_a_script_leaves_this_process_as_it_was():
@@ -30,7 +30,7 @@ def test_the_wheels_cover_what_the_t4_checks_preflight_asks_for():
     import ast
 
     wheels = _script("device_wheels")
-    tree = ast.parse((ROOT / "scripts" / "t4_check.py").read_text())  # read, not run: it imports the course
+    tree = ast.parse((ROOT / "scripts" / "gpu" / "t4_check.py").read_text())  # read, not run: it imports the course
     needed = next(ast.literal_eval(n.value) for n in tree.body
                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "NEEDED")
     carried = {n.replace("-", "_") for n in list(wheels["VERSIONS"]) + list(wheels["WIDGET_DEPS"])}
@@ -99,8 +99,8 @@ def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
 
     import torch
 
-    import course_utils.hardware
-    import course_utils.provenance
+    import course_utils.machine
+    import course_utils.results
 
     check = _script("t4_check")
     main = check["main"]

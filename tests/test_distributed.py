@@ -16,7 +16,7 @@ import yaml
 
 from course_utils import distributed
 from course_utils.distributed import check_launch, combine, config_file, launch, launch_command
-from course_utils.hardware import HardwareError
+from course_utils.machine import HardwareError
 from course_utils.recipe import Recipe, RecipeError
 from course_utils.results import Measurement, ResultLineError, ResultStore
 
@@ -31,7 +31,7 @@ def runs(tmp_path_factory):
     reference on the whole batch (in this process: no second start-up)."""
     import torch
 
-    from course_utils.distributed_rank import run_rank
+    from course_utils.distributed import run_rank
 
     if distributed.visible_gpus():
         pytest.skip("the CPU (gloo) path; on a GPU machine launch trains on the GPUs")

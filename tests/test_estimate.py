@@ -54,7 +54,7 @@ def test_tiny_peak_and_big_categories_within_10_percent(tiny_measured, label):
 def test_tiny_measurement_is_deterministic_and_matched_closely(tiny_measured):
     """The CPU measurement repeats to the byte, and the estimate reproduces it to well under 1%."""
     from course_utils.estimate import estimate
-    from course_utils.measure import run_here
+    from course_utils.child import run_here
 
     label = "+ accumulation (micro-batch 1)"
     again = run_here(TINY_RECIPES[label])
@@ -303,7 +303,7 @@ def test_without_dropout_lora_keeps_each_shared_input_once_to_the_byte(kw):
     """lora_dropout=0: q/k/v (and gate/up) read one tensor, kept once unless a cast copies it for each (the upcast's
     fp32 norm output under bf16 autocast); o_proj's input is the attention's output."""
     from course_utils.estimate import estimate
-    from course_utils.measure import run_here
+    from course_utils.child import run_here
     from course_utils.recipe import Recipe
 
     targets = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -321,7 +321,7 @@ def test_without_dropout_lora_keeps_each_shared_input_once_to_the_byte(kw):
 def test_the_h200_tries_measured_what_dropout_0_saves():
     """The H200's 16x1 step with and without LoRA dropout (shipped tries, one lease): the estimate's difference is
     the tracker's, to its 0.1 MiB rounding."""
-    from course_utils import tries
+    from course_utils.chapter import toward_the_limit as tries
     from course_utils.common import MiB
     from course_utils.estimate import estimate
     from course_utils.recipe import Recipe
@@ -339,7 +339,7 @@ def test_without_dropout_o_proj_shares_the_attention_output_only_where_a_fused_k
     from course_utils.estimate import model_shapes
     from course_utils.estimate.activations import lora_piece
     from course_utils.estimate.terms import Setup, dtypes_for
-    from course_utils.hardware import get_hardware
+    from course_utils.machine import get_hardware
     from course_utils.recipe import Recipe
 
     hw = get_hardware("gpu")

@@ -49,7 +49,7 @@ def test_ddp_is_one_gpu_plus_the_gradient_buckets(kind):
 
 def _setup(r: Recipe):
     from course_utils.estimate.distributed import _setup as setup
-    from course_utils.hardware import get_hardware
+    from course_utils.machine import get_hardware
 
     return setup(r, None, get_hardware("gpu"), False)
 
@@ -119,7 +119,7 @@ def test_published_fsdp_qlora_anchor_is_plausible(capsys):
     GPUs without CPU offload (what it counted is not said). The estimate is printed beside it; the bounds are wide
     on purpose, and the estimator is not tuned to meet the figure."""
     from course_utils.estimate.distributed import ANCHOR_GB_PER_GPU, anchor_check, anchor_lines
-    from course_utils.plan import needed_bytes
+    from course_utils.estimate.plan import needed_bytes
 
     published = ANCHOR_GB_PER_GPU["without CPU offload"] * 1e9
     print("\n".join(anchor_lines()))
@@ -138,7 +138,7 @@ def test_published_fsdp_qlora_anchor_is_plausible(capsys):
     ("1 x 16 GiB", (1, 16 * GIB)),
 ])
 def test_parse_gpu_budget(text, expected):
-    from course_utils.plan_multi import parse_gpu_budget
+    from course_utils.estimate.plan_multi import parse_gpu_budget
 
     assert parse_gpu_budget(text) == expected
 
@@ -149,8 +149,8 @@ def test_parse_gpu_budget(text, expected):
     ("sixteen GiB", "number and a unit"), ("5000 x 15GiB", "from 1 to"),
 ])
 def test_bad_gpu_budget_names_the_input_and_the_form(text, words):
-    from course_utils.plan import BudgetError
-    from course_utils.plan_multi import parse_gpu_budget
+    from course_utils.estimate.plan import BudgetError
+    from course_utils.estimate.plan_multi import parse_gpu_budget
 
     with pytest.raises(BudgetError) as info:
         parse_gpu_budget(text)
@@ -158,7 +158,7 @@ def test_bad_gpu_budget_names_the_input_and_the_form(text, words):
 
 
 def test_single_budgets_read_as_before():
-    from course_utils.plan import BudgetError, parse_budget
+    from course_utils.estimate.plan import BudgetError, parse_budget
 
     assert parse_budget("16GiB") == 16 * GIB
     with pytest.raises(BudgetError):
@@ -168,13 +168,13 @@ def test_single_budgets_read_as_before():
 # --- the planner on two GPUs ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def plan_2x15():
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     return plan(MODEL, "2 x 15 GiB")
 
 
 def test_plan_on_two_gpus_has_strategy_and_gpu_count(plan_2x15):
-    from course_utils.plan import EFFECTIVE_BATCH, needed_bytes
+    from course_utils.estimate.plan import EFFECTIVE_BATCH, needed_bytes
 
     p = plan_2x15
     assert p.gpus == 2 and p.budget == 15 * GIB
@@ -199,7 +199,8 @@ def test_plan_on_two_gpus_table(plan_2x15):
 
 
 def test_plan_gpus_argument_and_conflicts(plan_2x15):
-    from course_utils.plan import BudgetError, plan
+    from course_utils.estimate.plan import BudgetError
+    from course_utils.estimate.planner import plan
 
     same = plan(MODEL, "15GiB", gpus=2)
     assert [(r.strategy, r.recipe.key, r.needed) for r in same.rows] == \
@@ -211,7 +212,7 @@ def test_plan_gpus_argument_and_conflicts(plan_2x15):
 
 
 def test_plan_nothing_fits_on_two_small_gpus():
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     p = plan("llama-3.1-70b", "2 x 15 GiB")
     assert p.fitting == [] and p.pick is None

@@ -1,4 +1,4 @@
-"""Every notebook's "Try it" exercise (course_utils/exercises.py, scripts/insert_exercises.py): each worked
+"""Every notebook's "Try it" exercise (course_utils/chapter/exercises.py, scripts/notebooks/insert_exercises.py): each worked
 solution passes its own check on the tiny model's base recipe, a wrong answer fails with the estimated figures
 that decided it, the task texts hold no typed figure, and the insert script is idempotent on a copy of the
 notebooks. Estimator only (the tiny model's estimate is exact on this CPU, tests/test_estimate.py): no training.
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import exercises as X
-from course_utils import facts
-from course_utils.exercises import EXERCISES, ExerciseError, check_exercise, exercise, show_exercise, show_solution
-from course_utils.hardware import MiB
+from course_utils.chapter import exercises as X
+from course_utils.chapter import facts
+from course_utils.chapter.exercises import (EXERCISES, ExerciseError, check_exercise, exercise, show_exercise,
+                                            show_solution)
+from course_utils.common import MiB
 from course_utils.recipe import Recipe, source_chapter_recipe
-from course_utils.tables import WIDTH
+from course_utils.show.tables import WIDTH
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -30,14 +31,14 @@ LLAMA = "llama-3.1-8b"
 @pytest.fixture(scope="module")
 def base(tiny_model) -> Recipe:
     """The base recipe notebooks 00-07 use on a CPU: base_recipe(choose_model()) is this on the embedded model."""
-    from course_utils.notebook import base_recipe_for
+    from course_utils.recipe import base_recipe_for
 
     return base_recipe_for("tiny", "cpu")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("insert_exercises", ROOT / "scripts" / "insert_exercises.py")
+    spec = importlib.util.spec_from_file_location("insert_exercises", ROOT / "scripts" / "notebooks" / "insert_exercises.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -184,7 +185,7 @@ def test_the_hardware_is_this_machines_unless_the_exercise_fixes_it(monkeypatch)
 @pytest.mark.parametrize("hardware", ["gpu", "t4"])
 def test_the_solutions_hold_for_a_gpus_base_recipe(model, hardware):
     """On a GPU the base recipe is a preset's (4 x 512 tokens) and the checks estimate for that GPU."""
-    from course_utils.notebook import base_recipe_for
+    from course_utils.recipe import base_recipe_for
 
     gpu_base = base_recipe_for(model, "cuda")
     for name in EXERCISES:
@@ -265,7 +266,7 @@ def test_the_script_keeps_outputs_and_replaces_a_stale_block(tmp_path, script):
 
 def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
     """The exercise cells as a notebook runs them (base, chapter and path as the notebooks define them)."""
-    from course_utils import beyond
+    from course_utils.chapter import beyond_the_recipe as beyond
 
     paths = _copy(tmp_path)
     script.main([str(p) for p in paths])

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import beyond, facts, limits
+from course_utils.chapter import beyond_the_recipe as beyond
+from course_utils.chapter import toward_the_limit
+from course_utils.chapter import facts
+from course_utils.estimate import limits
 from course_utils.recipe import Recipe, source_chapter_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +79,7 @@ def test_flops_per_token_follows_each_knob(change, hand):
 
 
 def test_the_t4_check_counts_the_same_flops():
-    from course_utils import t4check
+    from course_utils.chapter import t4 as t4check
 
     # one count: the T4 time budget uses this module's function (it had a copy, then a one-line sum nobody read)
     assert t4check.flops_per_token is limits.flops_per_token and t4check.Flops is limits.Flops
@@ -100,7 +103,7 @@ def test_memory_floor_is_the_hand_computation():
 
 
 def test_datasheet_peak_and_limit():
-    from course_utils.hardware import H200_PEAK_FLOPS
+    from course_utils.machine import H200_PEAK_FLOPS
 
     assert limits.datasheet_peak("NVIDIA H200") == H200_PEAK_FLOPS["bf16"] == 989e12  # dense; 1,979 is sparse
     assert limits.datasheet_peak("NVIDIA H200 NVL") is None  # another card: no peak rather than a wrong one
@@ -122,24 +125,24 @@ def test_a_run_against_its_limit_and_floor():
 
 def test_toward_the_limit_shows_the_arithmetic_and_every_run():
     runs = beyond.reference(run="peer-run") + beyond.peer_reference()
-    text = beyond.toward_the_limit(runs)
+    text = toward_the_limit.toward_the_limit(runs)
     assert "989 TFLOP/s" in text and "44.62 GFLOP" in text and "memory floor" in text and "4.127 bits" in text
     assert all(m.label.split(" (")[0][:20] in text for m in runs)
     assert max(len(line) for line in text.splitlines()) <= 100
-    assert beyond.toward("Unsloth 2026.10.9 (16x1)", "peer-run").fraction > 0
+    assert toward_the_limit.toward("Unsloth 2026.10.9 (16x1)", "peer-run").fraction > 0
     with pytest.raises(KeyError, match="no side-by-side run"):
-        beyond.toward("nothing")
+        toward_the_limit.toward("nothing")
 
 
 def test_toward_the_limit_names_the_shipped_matmul_rate_of_its_gpu(monkeypatch):
     runs = beyond.reference()
     rate = limits.measured_peak("NVIDIA H200")
     allowed = rate.flops_per_s / limits.flops_per_token(runs[0].recipe_obj).total
-    text = " ".join(beyond.toward_the_limit(runs, table=False).split())
+    text = " ".join(toward_the_limit.toward_the_limit(runs, table=False).split())
     assert f"measured {rate.tflops:,.1f} TFLOP/s on an NVIDIA H200" in text
     assert f"allows {allowed:,.0f} tokens/s" in text
     monkeypatch.setattr(limits, "measured_peak", lambda *a: (_ for _ in ()).throw(KeyError("none")))
-    assert "peak_matmul.py measures one" in " ".join(beyond.toward_the_limit(runs, table=False).split())
+    assert "peak_matmul.py measures one" in " ".join(toward_the_limit.toward_the_limit(runs, table=False).split())
 
 
 def test_toward_a_run_that_did_not_fit_says_so(monkeypatch):
@@ -147,7 +150,7 @@ def test_toward_a_run_that_did_not_fit_says_so(monkeypatch):
     gone = dataclasses.replace(beyond.by_label(runs)["fast recipe (16x1)"], status="does_not_fit")
     monkeypatch.setattr(beyond, "reference", lambda *a, **k: [gone])
     with pytest.raises(ValueError, match="'fast recipe \\(16x1\\)' has no allocated peak and speed"):
-        beyond.toward("fast recipe (16x1)")
+        toward_the_limit.toward("fast recipe (16x1)")
 
 
 def test_readme_limit_figures_render_from_their_sources(monkeypatch):
@@ -162,7 +165,7 @@ def test_readme_limit_figures_render_from_their_sources(monkeypatch):
     numbers = re.sub(r"<!--\{\{.*?\}\}-->", "", bullet)
     assert "44.62 GFLOP" in numbers and "22,163 tokens/s" in numbers
     # the datasheet's peak drives the fractions: another peak leaves the README's figures stale
-    from course_utils.hardware import H200_PEAK_FLOPS
+    from course_utils.machine import H200_PEAK_FLOPS
 
     monkeypatch.setitem(H200_PEAK_FLOPS, "bf16", 790e12)
     stale = [u for u in facts.unsourced(bullet) if "stale" in u.context]
@@ -172,10 +175,10 @@ def test_readme_limit_figures_render_from_their_sources(monkeypatch):
 def test_the_readme_says_whether_a_shipped_run_reaches_the_stretch_goal():
     """The README states in words whether any shipped 16 x 1 run reaches issue 16's stretch goal (a fraction of the
     compute limit within a memory cap): this fails when a new run changes the answer, so the words are updated."""
-    from course_utils import beyond
+    from course_utils.chapter import beyond_the_recipe as beyond
 
-    runs = beyond.limit_rows(beyond.reference() + beyond.reference(run="peer-run"))
-    reached = any(r.fraction >= beyond.STRETCH_LIMIT_FRACTION and r.allocated_gib <= beyond.STRETCH_MAX_GIB
+    runs = toward_the_limit.limit_rows(beyond.reference() + beyond.reference(run="peer-run"))
+    reached = any(r.fraction >= toward_the_limit.STRETCH_LIMIT_FRACTION and r.allocated_gib <= toward_the_limit.STRETCH_MAX_GIB
                   for r in runs if "16x1" in r.label)
     text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
     claim = re.search(r"The issue's stretch goal, .{0,200}? GiB, (is not reached|is reached)", text)

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from course_utils import measure as measure_mod
-from course_utils.provenance import environment
-from course_utils.measure import MeasurementError, measure, run_here
-from course_utils.memtrack import CATEGORIES
+from course_utils.results import environment
+from course_utils.child import MeasurementError, run_here
+from course_utils.measure import measure
+from course_utils.common import CATEGORIES
 from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, ResultStore

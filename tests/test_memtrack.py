@@ -7,15 +7,9 @@ import gc
 import pytest
 import torch
 
-from course_utils.memtrack import (
-    CATEGORIES,
-    PHASE_CATEGORY,
-    BudgetExceeded,
-    MemoryTracker,
-    model_state_tensors,
-    optimizer_state_tensors,
-    tensor_bytes,
-)
+from course_utils.common import CATEGORIES
+from course_utils.memtrack import (PHASE_CATEGORY, BudgetExceeded, MemoryTracker, model_state_tensors,
+                                   optimizer_state_tensors, tensor_bytes)
 
 N = 1024  # float32 elements: 4 KiB
 

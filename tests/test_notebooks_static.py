@@ -1,6 +1,6 @@
 """Static gates on the chapter notebooks: they parse, start with the setup cell, carry no widget
 state or absolute paths, and their Colab badge points at their own path. The Colab setup cell is one
-template (course_utils.notebook.SETUP_CELL) in all of them; it is also run here against a fake pip."""
+template (course_utils.chapter.every_notebook.SETUP_CELL) in all of them; it is also run here against a fake pip."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from course_utils import __version__
-from course_utils.notebook import RELEASE_TAG, colab_url, setup_cell
+from course_utils.common import __version__
+from course_utils.chapter.every_notebook import RELEASE_TAG, colab_url, setup_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -132,7 +132,7 @@ def test_committed_executed_with_a_checked_cell(path):
 
 
 def test_badges_are_up_to_date():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_badges.py"), "--check"],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "update_badges.py"), "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -149,7 +149,7 @@ def test_every_setup_cell_is_the_template():
     sources = {p.name: "".join(_setup_cell(p)["source"]) for p in NOTEBOOKS}
     assert len(sources) == len(EXPECTED)
     stale = [name for name, source in sources.items() if source != setup_cell()]
-    assert not stale, f"setup cell differs from course_utils.notebook.SETUP_CELL in {stale}: run scripts/update_badges.py"
+    assert not stale, f"setup cell differs from course_utils.chapter.every_notebook.SETUP_CELL in {stale}: run scripts/notebooks/update_badges.py"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -281,7 +281,7 @@ def test_setup_cell_does_nothing_outside_colab(monkeypatch, capsys):
 # --- static views of the quizzes and the checklist -----------------------------------------------
 # GitHub, nbviewer and a notebook opened without a kernel draw no widgets: the committed quiz and
 # checklist cells keep the Markdown and text copy the widgets display beside their view
-# (course_utils.static_copy); scripts/clean_notebooks.py removes the view and the widget state only.
+# (course_utils.static_copy); scripts/notebooks/clean_notebooks.py removes the view and the widget state only.
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 QUIZ_CALLS = {"show_quiz": "make_quiz", "show_chapter_quiz": "make_chapter_quiz"}
 
@@ -302,7 +302,7 @@ def _calls(source: str, names) -> list[ast.Call]:
 
 def _quizzes_shown(nb: dict) -> list[tuple[dict, object]]:
     """(cell, the quiz it shows, rebuilt from the cell's call and the banks) for every quiz cell."""
-    from course_utils import quiz as Q
+    from course_utils.chapter.quiz import widget as Q
 
     found = []
     for cell in nb["cells"]:
@@ -317,7 +317,7 @@ def _quizzes_shown(nb: dict) -> list[tuple[dict, object]]:
 
 def _answers() -> list[str]:
     """Every explanation, hint and wrong-answer note of every bank: what only a graded answer shows."""
-    from course_utils.quiz import all_banks
+    from course_utils.chapter.quiz.bank import all_banks
 
     texts = [t for b in all_banks() for q in b.questions
              for t in [q.explanation, q.hint, *(c.explanation for c in q.choices), *(w.explanation for w in q.wrong_answers)]]
@@ -338,7 +338,7 @@ def test_quiz_cells_show_their_questions_statically(path):
         markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
         assert len(markdown) == 1 and len(text) == 1, (
             f"{path.name}: the quiz cell {quiz.title!r} has {len(markdown)} Markdown and {len(text)} text outputs, "
-            "not one of each: re-execute the notebook and run scripts/clean_notebooks.py")
+            "not one of each: re-execute the notebook and run scripts/notebooks/clean_notebooks.py")
         one_line = lambda text: " ".join(text.split())  # noqa: E731  (the text copy is wrapped at 100 characters)
         for rendering in (one_line(_unescaped(markdown[0])), one_line(text[0])):
             for q in quiz.question_list:
@@ -366,8 +366,8 @@ def test_static_quiz_copies_give_no_answer_away(path):
 
 def test_checklist_cells_show_their_state_statically():
     """The checklist widget's committed output shows each item, ticked or not, as Markdown and text."""
-    from course_utils.checklist import CHECKLIST
-    from course_utils.static_copy import md_escape
+    from course_utils.chapter.complete_recipe import CHECKLIST
+    from course_utils.chapter.quiz.static_copy import md_escape
 
     cells = [(path, c) for path in NOTEBOOKS for c in _load(path)["cells"]
              if c["cell_type"] == "code" and _calls(_joined(c["source"]), {"checklist_widget"})]
@@ -377,7 +377,7 @@ def test_checklist_cells_show_their_state_statically():
         markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
         assert len(markdown) == 1 and len(text) == 1, (
             f"{path.name}: the checklist cell has {len(markdown)} Markdown and {len(text)} text outputs, not one "
-            "of each: re-execute the notebook and run scripts/clean_notebooks.py")
+            "of each: re-execute the notebook and run scripts/notebooks/clean_notebooks.py")
         assert "estimated peak" in markdown[0] and "estimated peak" in text[0]
         for item, _, _ in CHECKLIST:
             assert re.search(rf"^\| [\u2611\u2610] (yes|no) \| {re.escape(md_escape(item))} \|", markdown[0], re.M), (
@@ -391,21 +391,21 @@ def test_no_output_carries_a_widget_view(path):
     """A widget view is a model id that means nothing without the kernel: the cleaning script removes it."""
     for i, cell in enumerate(_load(path)["cells"]):
         for out in cell.get("outputs", []):
-            assert WIDGET_VIEW not in out.get("data", {}), f"{path.name} cell {i}: run scripts/clean_notebooks.py"
+            assert WIDGET_VIEW not in out.get("data", {}), f"{path.name} cell {i}: run scripts/notebooks/clean_notebooks.py"
 
 
 def test_committed_notebooks_are_clean(tmp_path):
-    """scripts/clean_notebooks.py changes nothing in a committed notebook."""
+    """scripts/notebooks/clean_notebooks.py changes nothing in a committed notebook."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "clean_notebooks.py")
+    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "notebooks" / "clean_notebooks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for path in NOTEBOOKS:
         copy = tmp_path / path.name
         copy.write_text(path.read_text())
         assert mod.clean(copy) == []
-        assert copy.read_text() == path.read_text(), f"{path.name}: run scripts/clean_notebooks.py on it"
+        assert copy.read_text() == path.read_text(), f"{path.name}: run scripts/notebooks/clean_notebooks.py on it"
 
 
 def test_committed_notebooks_name_the_kernel_as_ipykernel_does():

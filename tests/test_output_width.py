@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.tables import WIDTH, Column, Flagged, Note, Table, TableError, common_parts, wrap, wrap_parts
+from course_utils.show.tables import WIDTH, Column, Flagged, Note, Table, TableError, common_parts, wrap, wrap_parts
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -128,8 +128,10 @@ def test_common_parts():
 
 # --- the course's tables and prose, from the shipped runs --------------------------------------------
 def test_results_and_beyond_tables_fit():
-    from course_utils import beyond
-    from course_utils.results import all_reference_results, format_table
+    from course_utils.chapter import beyond_the_recipe as beyond
+    from course_utils.chapter import toward_the_limit
+    from course_utils.results import all_reference_results
+    from course_utils.show.report import format_table
 
     assert widest(format_table(all_reference_results())) <= WIDTH
     side = beyond.reference()
@@ -138,12 +140,13 @@ def test_results_and_beyond_tables_fit():
     labels, explore = beyond.by_label(side), beyond.by_label(beyond.reference(run="explore"))
     ours = {"1x16": [explore["+ Liger kernels"], labels["lean recipe (4x4)"]],
             "16x1": [labels["fast recipe (16x1)"], labels["fast, embeddings + activations on CPU (16x1)"]]}
-    assert widest(beyond.peer_comparison(ours)) <= WIDTH
+    assert widest(toward_the_limit.peer_comparison(ours)) <= WIDTH
 
 
 def test_reference_provenance_fits_and_keeps_run_ids_whole():
-    from course_utils import beyond
-    from course_utils.notebook import describe_reference
+    from course_utils.chapter import beyond_the_recipe as beyond
+    from course_utils.chapter import toward_the_limit
+    from course_utils.chapter.every_notebook import describe_reference
     from course_utils.results import reference_results
 
     for ms in (reference_results(), beyond.reference(), beyond.reference(run="explore")):
@@ -155,9 +158,9 @@ def test_reference_provenance_fits_and_keeps_run_ids_whole():
 
 def test_helpers_prose_fits():
     from course_utils.estimate import estimate, expected_memory_table, format_expected_table
-    from course_utils.lessons import paging
-    from course_utils.checklist import check_recipe
-    from course_utils.notebook import base_recipe_for
+    from course_utils.chapter.efficient_optimizers import paging
+    from course_utils.chapter.complete_recipe import check_recipe
+    from course_utils.recipe import base_recipe_for
     from course_utils.recipe import source_chapter_recipe
 
     texts = [format_expected_table(expected_memory_table()), paging(),
@@ -170,7 +173,7 @@ def test_helpers_prose_fits():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_t4_check_prose_fits(path):
-    from course_utils import t4check
+    from course_utils.chapter import t4 as t4check
 
     assert widest(t4check.how_long_on_a_t4(path.stem)) <= WIDTH
     try:
@@ -181,7 +184,7 @@ def test_t4_check_prose_fits(path):
 
 
 def test_quiz_text_copies_fit():
-    from course_utils import quiz
+    from course_utils.chapter.quiz import widget as quiz
 
     for name in quiz.bank_names():
         q = quiz.make_quiz(name)

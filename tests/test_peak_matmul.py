@@ -1,4 +1,4 @@
-"""scripts/peak_matmul.py without a GPU: the record's provenance names the command that was run."""
+"""scripts/gpu/peak_matmul.py without a GPU: the record's provenance names the command that was run."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_record_names_the_arguments_main_was_given(tmp_path, monkeypatch):
     import torch
 
-    import course_utils.hardware
+    import course_utils.machine
 
-    script = runpy.run_path(str(ROOT / "scripts" / "peak_matmul.py"), run_name="peak_matmul")
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "peak_matmul.py"), run_name="peak_matmul")
     main = script["main"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a stand-in GPU")
     monkeypatch.setattr(course_utils.hardware, "driver_version", lambda: "0.0")
-    # what course_utils.provenance.environment() reads of a GPU
+    # what course_utils.results.environment() reads of a GPU
     monkeypatch.setattr(course_utils.hardware, "device_name", lambda: "a stand-in GPU")
     monkeypatch.setattr(course_utils.hardware, "device_type", lambda: "cuda")
     monkeypatch.setattr(course_utils.hardware, "total_memory_bytes", lambda: 16 * 2**30)
@@ -31,5 +31,5 @@ def test_the_record_names_the_arguments_main_was_given(tmp_path, monkeypatch):
     out = tmp_path / "peak.jsonl"
     assert main(["--out", str(out), "--size", "64", "--dtype", "fp16"]) == 0
     record = json.loads(out.read_text())
-    assert record["command"] == f"scripts/peak_matmul.py --out {out} --size 64 --dtype fp16"
+    assert record["command"] == f"scripts/gpu/peak_matmul.py --out {out} --size 64 --dtype fp16"
     assert (record["device"], record["size"], record["dtype"]) == ("a stand-in GPU", 64, "fp16")

@@ -17,14 +17,14 @@ GIB = 2**30
     (" 8 gib ", 8 * GIB), ("8000MiB", 8000 * 2**20),
 ])
 def test_parse_budget(text, expected):
-    from course_utils.plan import parse_budget
+    from course_utils.estimate.plan import parse_budget
 
     assert parse_budget(text) == expected
 
 
 @pytest.mark.parametrize("text", ["16", "16XB", "sixteen GiB", "", "-5GiB", "0GiB", "16 GiB of memory"])
 def test_bad_budget_names_the_input(text):
-    from course_utils.plan import BudgetError, parse_budget
+    from course_utils.estimate.plan import BudgetError, parse_budget
 
     with pytest.raises(BudgetError) as info:
         parse_budget(text)
@@ -33,13 +33,13 @@ def test_bad_budget_names_the_input(text):
 
 @pytest.fixture(scope="module")
 def plan_16():
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     return plan("llama-3.1-8b", "16GiB")
 
 
 def test_candidate_grid():
-    from course_utils.plan import EFFECTIVE_BATCH, candidate_recipes
+    from course_utils.estimate.plan import EFFECTIVE_BATCH, candidate_recipes
 
     grid = candidate_recipes("llama-3.1-8b")
     assert len(grid) == len({r.key for r in grid}) == 90 + 4 * 30  # notebook 08's 4 changes on the 30 4-bit ones
@@ -51,7 +51,7 @@ def test_candidate_grid():
 
 
 def test_pick_fits_with_the_margin_and_is_the_fastest(plan_16):
-    from course_utils.plan import MARGIN_FACTOR, MARGIN_GIB
+    from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB
 
     pick = plan_16.pick
     assert pick is not None and pick.fits
@@ -69,7 +69,7 @@ def test_speed_is_measured_where_a_reference_run_exists(plan_16):
     source = source_chapter_recipe("llama-3.1-8b")
     row = next(r for r in plan_16.rows if r.recipe.with_(label="").describe() == source.describe())
     assert row.speed.measured and row.speed.basis.startswith("measured")
-    from course_utils.facts import ref
+    from course_utils.chapter.facts import ref
 
     assert row.speed.tokens_per_s == ref("source chapter recipe (QLoRA 1x16)").tokens_per_s
     modelled = [r for r in plan_16.rows if not r.speed.measured]
@@ -85,8 +85,8 @@ def test_plan_text_names_the_rule_and_the_pick(plan_16):
 
 
 def test_plan_is_a_table_within_100_characters(plan_16):
-    from course_utils.plan import plan
-    from course_utils.tables import WIDTH
+    from course_utils.estimate.planner import plan
+    from course_utils.show.tables import WIDTH
 
     for p, show in ((plan_16, None), (plan_16, 6), (plan("llama-3.1-8b", hardware="t4"), 4),
                     (plan("llama-3.1-8b", "4GiB"), None)):
@@ -102,8 +102,8 @@ def test_plan_is_a_table_within_100_characters(plan_16):
 
 
 def test_shipped_checks_is_a_table_within_100_characters():
-    from course_utils.plan import checks_table, shipped_checks
-    from course_utils.tables import WIDTH
+    from course_utils.chapter.complete_recipe import checks_table, shipped_checks
+    from course_utils.show.tables import WIDTH
 
     text = shipped_checks("llama-3.1-8b")
     assert max(len(line) for line in text.splitlines()) <= WIDTH
@@ -115,7 +115,7 @@ def test_shipped_checks_is_a_table_within_100_characters():
 
 def test_budget_too_small_gives_a_clear_message(capsys):
     from course_utils.cli import main
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     p = plan("llama-3.1-8b", "4GiB")
     assert p.pick is None and p.fitting == []
@@ -127,8 +127,8 @@ def test_budget_too_small_gives_a_clear_message(capsys):
 
 def test_8gib_pick_is_the_one_measured_on_the_gpu():
     """8 GiB: the source recipe does not fit (9.44 GiB reserved); notebook 08's changes do, and the pick's
-    speed is the H200 measurement of scripts/check_plan.py."""
-    from course_utils.plan import plan
+    speed is the H200 measurement of scripts/gpu/check_plan.py."""
+    from course_utils.estimate.planner import plan
 
     pick = plan("llama-3.1-8b", "8GiB").pick
     assert pick is not None and pick.speed.measured
@@ -136,7 +136,7 @@ def test_8gib_pick_is_the_one_measured_on_the_gpu():
 
 
 def test_t4_plan_uses_fp16_and_its_memory():
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     p = plan("llama-3.1-8b", hardware="t4")
     assert p.budget == int(14.7 * GIB)
@@ -145,7 +145,7 @@ def test_t4_plan_uses_fp16_and_its_memory():
 
 
 def test_margin_covers_every_reference_run():
-    from course_utils.plan import margin_calibration
+    from course_utils.estimate.plan import margin_calibration
 
     checks = margin_calibration()
     assert len(checks) >= 18
@@ -180,7 +180,7 @@ def test_course_plan_without_budget_on_a_plain_gpu(capsys):
 
 
 def test_check_plan_script_dry_run(capsys):
-    script = Path(__file__).resolve().parents[1] / "scripts" / "check_plan.py"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "check_plan.py"
     check = runpy.run_path(str(script), run_name="check_plan")
     assert check["main"](["--model", "llama-3.1-8b", "--budget", "16GiB", "--budget", "4GiB", "--dry-run"]) == 0
     out = capsys.readouterr().out

@@ -13,13 +13,15 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from course_utils import plots  # noqa: E402
-from course_utils.hardware import GiB, PROFILES  # noqa: E402
-from course_utils.placement import overlaps  # noqa: E402
-from course_utils.plots import (ladder_figure, memory_breakdown, memory_curves, memory_vs_speed,  # noqa: E402
-                                pareto_front, technique_figure)
+from course_utils.show import plots  # noqa: E402
+from course_utils.common import GiB
+from course_utils.machine import PROFILES  # noqa: E402
+from course_utils.show.placement import overlaps  # noqa: E402
+from course_utils.show.plots import (ladder_figure, memory_breakdown, memory_curves, memory_vs_speed, pareto_front,
+                                     technique_figure)
 from course_utils.recipe import Recipe  # noqa: E402
-from course_utils.results import MiB, Measurement, reference_results  # noqa: E402
+from course_utils.common import MiB
+from course_utils.results import Measurement, reference_results  # noqa: E402
 
 
 def make(label, peak_mib, tokens_per_s, status="ok", device="TestCPU", cuda_mib=None, model="tiny",
@@ -334,7 +336,7 @@ def test_ladder_figure_without_path_writes_nothing(measurements, tmp_path, monke
 
 
 def test_notebooks_technique_figure_draws_one_plot_of_both(measurements, h200):
-    from course_utils.notebook import technique_figure as notebook_figure
+    from course_utils.chapter.every_notebook import technique_figure as notebook_figure
 
     fig = notebook_figure(measurements + [None], h200, title="every technique so far")
     assert len(fig.axes) == 1 and fig.axes[0].get_title() == "every technique so far"
@@ -353,7 +355,7 @@ def test_a_path_step_back_along_the_way_it_came_is_curved():
     plots.bend_retraced(ax, segments)
     assert [s[2] == 0 for s in segments] == [True, True, False]
     assert segments[2][3].arrow_patch.get_connectionstyle().rad == pytest.approx(segments[2][2], abs=1e-3)
-    from course_utils.placement import segment_boxes
+    from course_utils.show.placement import segment_boxes
 
     ys = [(b[1] + b[3]) / 2 for b in segment_boxes(ax, *xy[2:], rad=segments[2][2])]
     y_line = ax.transData.transform((0, 0.2))[1]

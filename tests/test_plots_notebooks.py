@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 import plot_cases  # noqa: E402
-from course_utils import plots  # noqa: E402
-from course_utils.placement import overlaps  # noqa: E402
+from course_utils.show import plots  # noqa: E402
+from course_utils.show.placement import overlaps  # noqa: E402
 from course_utils.recipe import Recipe  # noqa: E402
 
 
@@ -162,7 +162,7 @@ def test_an_arrow_that_would_cross_another_point_is_bent_around_it():
     step 2 to step 3, which then read as a path through it; the arrow is drawn as an arc instead."""
     import matplotlib.pyplot as plt
 
-    from course_utils.plot_path import _passes_over
+    from course_utils.show.path import _passes_over
 
     base = Recipe(model="tiny", label="baseline")
     a = plot_cases.make(base, 300, 3000)

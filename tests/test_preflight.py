@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import checks, cli, measure, models, runs
-from course_utils.hardware import HardwareError
+from course_utils import checks
+from course_utils import cli
+from course_utils import measure
+from course_utils import child
+from course_utils import models
+from course_utils import measure as runs
+from course_utils.machine import HardwareError
 from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe, RecipeError
 
@@ -144,13 +149,13 @@ def test_a_run_that_trained_other_batches_or_diverged_is_an_error():
     class Probe:
         batch_sizes, losses = {4}, [7.0, 6.5]
 
-    measure.check_sane(Recipe(micro_batch=4), Probe())
+    child.check_sane(Recipe(micro_batch=4), Probe())
     Probe.batch_sizes = {4, 1}
-    with pytest.raises(measure.MeasurementError, match=r"trained batches of \[1\]"):
-        measure.check_sane(Recipe(micro_batch=4), Probe())
+    with pytest.raises(child.MeasurementError, match=r"trained batches of \[1\]"):
+        child.check_sane(Recipe(micro_batch=4), Probe())
     Probe.batch_sizes, Probe.losses = {4}, [7.0, float("nan")]
-    with pytest.raises(measure.MeasurementError, match=r"not finite at step\(s\) \[2\]"):
-        measure.check_sane(Recipe(micro_batch=4), Probe())
+    with pytest.raises(child.MeasurementError, match=r"not finite at step\(s\) \[2\]"):
+        child.check_sane(Recipe(micro_batch=4), Probe())
 
 
 @pytest.mark.parametrize("args", [["estimate", "--model", "tiny", "--seq", "5000"],
@@ -170,7 +175,7 @@ def test_run_refuses_a_sequence_beyond_the_positions_before_measuring(tmp_path):
 
 # --- 7, 8. the planner on the tiny model; the ladder's skip reason ------------------------------------
 def test_the_planner_does_not_scale_h200_speeds_to_a_tiny_model():
-    from course_utils.plan import plan
+    from course_utils.estimate.planner import plan
 
     result = plan("tiny", "1GiB")
     assert result.pick is None
@@ -190,10 +195,10 @@ def test_the_accumulation_rung_at_micro_batch_1_is_skipped_for_the_right_reason(
 
 
 # --- 9. the measuring child's errors arrive as one line of the same type ------------------------------
-@pytest.mark.parametrize("kind", [RecipeError, HardwareError, ModelUnavailableError, measure.MeasurementError])
+@pytest.mark.parametrize("kind", [RecipeError, HardwareError, ModelUnavailableError, child.MeasurementError])
 def test_a_child_error_is_raised_again_as_its_own_type(kind):
     with pytest.raises(kind) as info:
-        measure._read_child_result(measure._child_error(kind("lora target 'x' not found")))
+        measure._read_child_result(child._child_error(kind("lora target 'x' not found")))
     assert str(info.value) == "lora target 'x' not found"
 
 
@@ -225,7 +230,7 @@ def test_temporary_folders_of_dead_processes_are_removed(tmp_path, monkeypatch):
     mine = tmp_path / f"course-run-{os.getpid()}-def"
     stale.mkdir()
     mine.mkdir()
-    with measure.temp_folder("course-run-") as folder:
+    with child.temp_folder("course-run-") as folder:
         assert Path(folder).name.startswith(f"course-run-{os.getpid()}-")
     assert not stale.exists() and mine.exists()
 
@@ -249,14 +254,14 @@ def test_a_bad_budget_says_what_is_wrong(budget, says, capsys):
 
 
 def test_a_budget_in_scientific_notation_is_read():
-    from course_utils.plan import parse_budget
+    from course_utils.estimate.plan import parse_budget
 
     assert parse_budget("1.6e1GiB") == 16 * 2**30
 
 
 # --- issue 13: a speed from a busy machine is not trusted silently ------------------------------------
 def _measured(**timing):
-    from course_utils.provenance import environment
+    from course_utils.results import environment
     from course_utils.results import Measurement
 
     r, env = Recipe(), environment()
@@ -280,7 +285,7 @@ def test_a_noisy_stored_speed_is_measured_again(tmp_path, monkeypatch, tiny_mode
 
 
 def test_the_plot_marks_a_noisy_point():
-    from course_utils.plots import memory_vs_speed
+    from course_utils.show.plots import memory_vs_speed
 
     ax = memory_vs_speed([_measured(spread=0.02), _measured(spread=0.9)])
     assert any(c.get_gid() == "noisy" and len(c.get_offsets()) == 1 for c in ax.collections)

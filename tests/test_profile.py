@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from course_utils import hardware
-from course_utils.hardware import GiB, HardwareError
+from course_utils import machine as hardware
+from course_utils import cli
+from course_utils.common import GiB
+from course_utils.machine import HardwareError
 
 
 @pytest.fixture
@@ -44,7 +46,7 @@ def test_profile_is_off_without_a_gpu_and_says_so(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "t4")
     assert hardware.active_profile() is None
     assert hardware.resolve_precision("auto") == "fp32"
-    assert "no CUDA GPU here" in hardware.profile_lines()[0]
+    assert "no CUDA GPU here" in cli.profile_lines()[0]
 
 
 def test_unknown_profile_is_a_clear_error(monkeypatch):
@@ -69,7 +71,7 @@ def test_cap_counts_the_whole_card():
 
 def test_profile_report_names_what_it_cannot_emulate(fake_h200, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "t4")
-    lines = hardware.profile_lines()
+    lines = cli.profile_lines()
     assert "T4 profile" in lines[0] and "14.75 GiB for the whole card" in lines[0] and "flash attention off" in lines[0]
     assert "cannot emulate" in lines[1] and "speed" in lines[1]
 
@@ -83,7 +85,7 @@ def test_course_env_takes_the_profile(monkeypatch, capsys):
 
 
 def test_load_time_out_of_memory_is_recognised():
-    from course_utils.measure import is_out_of_memory
+    from course_utils.child import is_out_of_memory
 
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
     assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
@@ -93,20 +95,21 @@ def test_load_time_out_of_memory_is_recognised():
 
 def test_load_time_out_of_memory_becomes_a_does_not_fit_result(monkeypatch, tiny_model):
     from course_utils import measure as measure_mod
+    from course_utils import child
     from course_utils.recipe import Recipe
 
     def no_room(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 15.00 GiB")
 
     monkeypatch.setattr("course_utils.build.load_model", no_room)
-    m = measure_mod.run_here(Recipe(steps=3, warmup_steps=0))
+    m = child.run_here(Recipe(steps=3, warmup_steps=0))
     assert m.status == "does_not_fit" and not m.fits
     assert m.error.startswith("out of memory while loading the model: OutOfMemoryError")
     assert m.precision == "fp32"
 
 
 def test_gpu_notebooks_pick_the_random_weight_stand_in_offline(fake_h200, monkeypatch):
-    from course_utils import notebook
+    from course_utils.chapter import every_notebook as notebook
 
     monkeypatch.delenv("COURSE_PROFILE", raising=False)
     monkeypatch.setattr("course_utils.data.hub_reachable", lambda *a, **k: False)
@@ -118,7 +121,7 @@ def test_gpu_notebooks_pick_the_random_weight_stand_in_offline(fake_h200, monkey
 
 
 def test_notebook_08_teaches_its_changes_in_fp16_on_a_t4(fake_h200, monkeypatch):
-    from course_utils import beyond
+    from course_utils.chapter import beyond_the_recipe as beyond
 
     monkeypatch.setenv("COURSE_PROFILE", "t4")
     path = beyond.path_here("llama-3.1-8b")
@@ -153,14 +156,14 @@ def test_shipped_t4_records_cover_every_notebook_with_provenance():
     root = Path(__file__).resolve().parents[1]
     records = [json.loads(line) for line in (root / "course_utils" / "reference" / "t4" / "t4-check.jsonl")
                .read_text().splitlines() if line.strip()]
-    from course_utils.t4check import NO_RECORD
+    from course_utils.chapter.t4 import NO_RECORD
 
     notebooks = {p.stem for p in (root / "notebooks").glob("*.ipynb")} - set(NO_RECORD)  # 09 needs two GPUs
     for variant in ("small", "llama-8b"):
         assert {r["notebook"] for r in records if r["variant"] == variant} == notebooks, variant
     for r in records:
         assert r["env"]["device"].startswith("T4 profile on NVIDIA"), r["env"]["device"]
-        assert r["profile"] == "T4 profile" and r["command"].startswith("python scripts/t4_check.py")
+        assert r["profile"] == "T4 profile" and r["command"].startswith("python scripts/gpu/t4_check.py")
         assert r["date"].startswith("20") and r["run_id"].startswith("t4-") and r["env"]["versions"]["trl"]
         assert r["ran_through"] == (r["first_failure"] == ""), r["notebook"]
         assert set(r["precisions"]) <= {"fp16", "fp32"}  # never bf16 on a T4

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from course_utils import hardware, provenance
+from course_utils import machine as hardware
+from course_utils import results as provenance
 from course_utils.results import shipped_results
 
 

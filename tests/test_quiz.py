@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_utils import quiz as Q
-from course_utils import quiz_bank
-from course_utils.quiz import QuizError, all_banks, grade, load_bank, show_quiz
+from course_utils.chapter.quiz import widget as Q
+from course_utils.chapter.quiz import bank as quiz_bank
+from course_utils.chapter.quiz.bank import QuizError, all_banks, load_bank
+from course_utils.chapter.quiz.grade import grade
+from course_utils.chapter.quiz.widget import show_quiz
 from quiz_drive import check, check_session, first, learner_session, picked, wrong_choice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -440,7 +442,7 @@ def test_in_ipython_show_quiz_displays_once_with_text_fallbacks(ipython_shell):
 
     shell = ipython_shell
     with capture_output() as cap:
-        shell.run_cell("from course_utils.quiz import show_quiz\nshow_quiz('01_gradient_checkpointing')",
+        shell.run_cell("from course_utils.chapter.quiz.widget import show_quiz\nshow_quiz('01_gradient_checkpointing')",
                        store_history=True)
     assert len(cap.outputs) == 1
     assert "Quiz:" not in cap.stdout, "the quiz is displayed once, not again as the cell's result"

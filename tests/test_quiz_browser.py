@@ -8,7 +8,7 @@ One JupyterLab server and one Chromium serve both tests, which do what a learner
   the feedback and the score read off the page, the expected answers and messages from the bank itself,
   and each right answer locked in bold green with a check mark (not a disabled control's pale grey);
 - notebook 07 as committed, nothing run: its quiz's questions and choices and its checklist's table show
-  as rendered Markdown (the static copies scripts/clean_notebooks.py keeps), and no answer or explanation
+  as rendered Markdown (the static copies scripts/notebooks/clean_notebooks.py keeps), and no answer or explanation
   shows; then its two checklist cells are run and an item unticked and ticked again, the report following
   (a table inside the output area, one line a row, no checkbox label clipped).
 
@@ -39,7 +39,8 @@ import pytest
 from jupyterlab_browser import (  # noqa: F401  (the fixture `browser` is used by name)
     CHROMIUM, ROOT, Lab, assert_no_error_output, browser, code_cell, notebook_page, run_all, shot)
 
-from course_utils.quiz import _plain, load_bank
+from course_utils.chapter.quiz.widget import _plain
+from course_utils.chapter.quiz.bank import load_bank
 
 RUN_ALL = "01_gradient_checkpointing"  # run whole (see above for why this one)
 CHECKLIST_NB = "07_complete_recipe"  # the checklist widget's notebook (too slow to run whole here)
@@ -101,7 +102,7 @@ def explanations(question) -> list[str]:
     return [t for t in texts + [w.explanation for w in question.wrong_answers] if t]
 
 
-GREEN = "rgb(26, 127, 55)"  # course_utils.quiz._GREEN, #1a7f37, as the browser computes it
+GREEN = "rgb(26, 127, 55)"  # course_utils.chapter.quiz.widget._GREEN, #1a7f37, as the browser computes it
 
 
 def assert_locked_right(box, right: list[str], every: list[str]) -> None:
@@ -158,8 +159,8 @@ def assert_checklist_fits(checklist) -> None:
 
 def checklist_table(recipe, hardware: str = "t4") -> list[str]:
     """The checklist report's table as the page shows it should be, row by row (header first), from the
-    report check_recipe gives (course_utils.checklist.checklist_rows)."""
-    from course_utils.checklist import _COLUMNS, _check_report, checklist_rows
+    report check_recipe gives (course_utils.chapter.complete_recipe.checklist_rows)."""
+    from course_utils.chapter.complete_recipe import _COLUMNS, _check_report, checklist_rows
 
     _, rows = checklist_rows(_check_report(recipe, hardware))
     return [" ".join(name for name, _ in _COLUMNS)] + [" ".join(row) for row in rows]
@@ -171,7 +172,7 @@ def test_course_notebook_run_all_then_its_quiz(lab, browser):
     quiz's choice, number and multiple-answer questions, each wrong and then right."""
     from playwright.sync_api import expect
 
-    from course_utils.quiz import grade
+    from course_utils.chapter.quiz.grade import grade
 
     questions = load_bank(RUN_ALL).questions
     total = len(questions)
@@ -262,7 +263,7 @@ def test_committed_notebook_static_view_then_the_checklist(lab, browser):
     Markdown, and no answer; then its checklist cells run and an item is unticked and ticked again."""
     from playwright.sync_api import expect
 
-    from course_utils.checklist import CHECKLIST, _check_report, checklist_rows
+    from course_utils.chapter.complete_recipe import CHECKLIST, _check_report, checklist_rows
     from course_utils.recipe import source_chapter_recipe
 
     bank = load_bank(CHECKLIST_NB)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from course_utils import facts, texts
+from course_utils.chapter import facts
+from course_utils.chapter import texts
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -30,8 +31,9 @@ def test_readme_marker_blocks_are_all_tested():
 
 
 def test_readme_beyond_table_is_the_shipped_run():
-    from course_utils import beyond
-    from course_utils.notebook import describe_reference
+    from course_utils.chapter import beyond_the_recipe as beyond
+    from course_utils.chapter import toward_the_limit
+    from course_utils.chapter.every_notebook import describe_reference
 
     ms = beyond.reference()
     assert block("beyond-table") == describe_reference(ms) + "\n\n```\n" + beyond.format_rows(beyond.rows(ms)) + "\n```"
@@ -39,12 +41,13 @@ def test_readme_beyond_table_is_the_shipped_run():
 
 def test_readme_peer_table_is_the_shipped_peer_run():
     """Issue 16's table: our recipes and the peer's from one run (one run id on every line), as shipped."""
-    from course_utils import beyond
+    from course_utils.chapter import beyond_the_recipe as beyond
+    from course_utils.chapter import toward_the_limit
 
     ours, theirs = beyond.reference(run="peer-run"), beyond.peer_reference()
     assert ours and theirs and len({m.run_id for m in ours + theirs}) == 1
-    assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in beyond.PEER_BATCHES}
-    assert block("peer-table") == beyond.peer_run_report()
+    assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in toward_the_limit.PEER_BATCHES}
+    assert block("peer-table") == toward_the_limit.peer_run_report()
 
 
 def test_readme_ladder_table_memory_is_the_estimate():

@@ -8,14 +8,7 @@ import string
 
 import pytest
 
-from course_utils.recipe import (
-    DEFAULT_TARGETS,
-    LADDER_STEPS,
-    Recipe,
-    RecipeError,
-    ladder,
-    source_chapter_recipe,
-)
+from course_utils.recipe import DEFAULT_TARGETS, LADDER_STEPS, Recipe, RecipeError, ladder, source_chapter_recipe
 
 # One changed value per knob that is part of the key (each differs from the default and is valid).
 KNOB_CHANGES = {

@@ -17,17 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import t4check
-from course_utils.quiz import QuizError, load_bank
+from course_utils.chapter import t4 as t4check
+from course_utils.chapter.quiz.bank import QuizError, load_bank
 from course_utils.recipe import Recipe
-from course_utils.results import (
-    Measurement,
-    ResultLineError,
-    ResultStore,
-    StoreError,
-    all_reference_results,
-    default_store,
-)
+from course_utils.results import (Measurement, ResultLineError, ResultStore, StoreError, all_reference_results,
+                                  default_store)
 
 MiB = 1024**2
 

@@ -9,9 +9,10 @@ import re
 import pytest
 
 from course_utils.recipe import Recipe
-from course_utils.results import (MiB, Measurement, ResultStore, StoreError, describe_change, format_table,
-                                  reference_results, results_table, summary_row)
-from course_utils.tables import WIDTH
+from course_utils.common import MiB
+from course_utils.results import Measurement, ResultStore, StoreError, reference_results
+from course_utils.show.report import describe_change, format_table, results_table, summary_row
+from course_utils.show.tables import WIDTH
 
 CATS = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
 

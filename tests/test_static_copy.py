@@ -13,12 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_utils.quiz import load_bank
-from course_utils.static_copy import WIDGET_VIEW, md_escape
+from course_utils.chapter.quiz.bank import load_bank
+from course_utils.chapter.quiz.static_copy import WIDGET_VIEW, md_escape
 from quiz_drive import checklist_parts
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKLIST_CELL = ("from course_utils.checklist import checklist_widget\n"
+CHECKLIST_CELL = ("from course_utils.chapter.complete_recipe import checklist_widget\n"
                   "from course_utils.recipe import source_chapter_recipe\n"
                   "checklist_widget(source_chapter_recipe('llama-3.1-8b'), hardware='t4')")
 
@@ -26,7 +26,7 @@ CHECKLIST_CELL = ("from course_utils.checklist import checklist_widget\n"
 # --- the checklist's bundle ----------------------------------------------------------------------
 def test_checklist_display_carries_its_state_as_markdown_and_text():
     """The checklist's bundle: the widget view and, for static views, its state when displayed."""
-    from course_utils.checklist import CHECKLIST, check_recipe, checklist_widget
+    from course_utils.chapter.complete_recipe import CHECKLIST, check_recipe, checklist_widget
     from course_utils.recipe import source_chapter_recipe
 
     chapter = source_chapter_recipe("llama-3.1-8b")
@@ -53,7 +53,7 @@ def test_checklist_live_report_is_a_table_that_fits_and_matches_the_static_copy(
     between words. A <pre> of 100-character lines beside the checkboxes wrapped mid-word at 1366 px."""
     import ipywidgets as w
 
-    from course_utils.checklist import _check_report, checklist_html, checklist_rows, checklist_widget
+    from course_utils.chapter.complete_recipe import _check_report, checklist_html, checklist_rows, checklist_widget
     from course_utils.recipe import source_chapter_recipe
     from quiz_drive import table_rows
 
@@ -84,7 +84,7 @@ def test_checklist_live_report_is_a_table_that_fits_and_matches_the_static_copy(
 
 def _current_recipe(widget):
     """The recipe the checklist widget's checkboxes describe now (as its update does)."""
-    from course_utils.checklist import CHECKLIST
+    from course_utils.chapter.complete_recipe import CHECKLIST
     from course_utils.recipe import source_chapter_recipe
 
     _, boxes, _ = checklist_parts(widget)
@@ -108,7 +108,7 @@ def test_checklist_as_a_cells_last_expression_displays_once(ipython_shell):
 
 # --- the cleaning script -------------------------------------------------------------------------
 def _cleaner():
-    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "clean_notebooks.py")
+    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "notebooks" / "clean_notebooks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -165,16 +165,16 @@ def _explanations(q) -> list[str]:
 
 def test_executed_notebook_renders_the_quiz_and_checklist_statically(tmp_path):
     """Run a quiz cell and a checklist cell in a real kernel, clean the notebook with
-    scripts/clean_notebooks.py as the committed ones are, and render it with nbconvert (nbviewer's
+    scripts/notebooks/clean_notebooks.py as the committed ones are, and render it with nbconvert (nbviewer's
     renderer): the questions, without their answers, and the checklist's items show."""
     import nbformat
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
-    from course_utils.checklist import CHECKLIST
+    from course_utils.chapter.complete_recipe import CHECKLIST
 
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("from course_utils.quiz import show_quiz\nshow_quiz('05_qlora_4bit')"),
+    nb.cells = [nbformat.v4.new_code_cell("from course_utils.chapter.quiz.widget import show_quiz\nshow_quiz('05_qlora_4bit')"),
                 nbformat.v4.new_code_cell(CHECKLIST_CELL)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
@@ -183,7 +183,7 @@ def test_executed_notebook_renders_the_quiz_and_checklist_statically(tmp_path):
         assert {"text/plain", "text/markdown", WIDGET_VIEW} <= set(cell.outputs[0].data)
     path = tmp_path / "executed.ipynb"
     nbformat.write(nb, path)
-    clean = subprocess.run([sys.executable, str(ROOT / "scripts" / "clean_notebooks.py"), str(path)],
+    clean = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "clean_notebooks.py"), str(path)],
                            capture_output=True, text=True)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     cleaned = nbformat.read(path, as_version=4)

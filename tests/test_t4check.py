@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from course_utils import t4check
+from course_utils.chapter import t4 as t4check
 from course_utils.estimate import EstimateError, cublas_workspace_bytes, estimate
 from course_utils.recipe import Recipe, source_chapter_recipe
-from course_utils.t4check import T4CheckError, flops_per_token, records, runs, time_budget
+from course_utils.chapter.t4 import T4CheckError, records, runs, time_budget
+from course_utils.estimate.limits import flops_per_token
 
 NOTEBOOKS = sorted({r["notebook"] for r in records()})
 
@@ -106,7 +107,7 @@ def test_profile_table_labels_memory_as_a_t4s_and_speed_as_not():
 
 
 def test_missing_record_says_how_to_make_one(tmp_path):
-    with pytest.raises(T4CheckError, match="scripts/t4_check.py --out"):
+    with pytest.raises(T4CheckError, match="scripts/gpu/t4_check.py --out"):
         t4check.record_for("01", "small", tmp_path / "none.jsonl")
 
 

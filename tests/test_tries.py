@@ -1,4 +1,4 @@
-"""Issue 16's shipped tries (course_utils/tries.py) and the measured matmul rate (limits.measured_peak)."""
+"""Issue 16's shipped tries (course_utils/chapter/toward_the_limit.py) and the measured matmul rate (limits.measured_peak)."""
 
 import json
 import subprocess
@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import beyond, limits, tries
+from course_utils.chapter import beyond_the_recipe as beyond
+from course_utils.chapter import toward_the_limit
+from course_utils.estimate import limits
+from course_utils.chapter import toward_the_limit as tries
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,9 +84,9 @@ def test_the_measured_peak_is_the_fastest_shipped_size_and_moves_the_limit():
         assert len(d["seconds"]) == d["repeats"]
     peak = limits.measured_peak()
     assert peak.tflops == max(d["tflops"] for d in lines if d["device"] == "NVIDIA H200")
-    assert peak.date and peak.command.startswith("scripts/peak_matmul.py")
-    at_sheet = beyond.toward("fast recipe (16x1)")
-    at_measured = beyond.toward("fast recipe (16x1)", peak=peak.flops_per_s)
+    assert peak.date and peak.command.startswith("scripts/gpu/peak_matmul.py")
+    at_sheet = toward_the_limit.toward("fast recipe (16x1)")
+    at_measured = toward_the_limit.toward("fast recipe (16x1)", peak=peak.flops_per_s)
     assert at_measured.limit_tokens_per_s == pytest.approx(peak.flops_per_s / (at_sheet.gflop_per_token * 1e9))
     assert at_measured.fraction > at_sheet.fraction  # a measured rate under the datasheet's: a larger fraction
     with pytest.raises(KeyError, match="peak_matmul.py measures one"):
@@ -91,7 +94,7 @@ def test_the_measured_peak_is_the_fastest_shipped_size_and_moves_the_limit():
 
 
 def test_the_script_refuses_a_variant_it_does_not_have(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts/try_step_changes.py"), "--model", "tiny", "--only",
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/try_step_changes.py"), "--model", "tiny", "--only",
                            "1x16 with magic", "--out", str(tmp_path / "t.jsonl")], capture_output=True, text=True,
                           timeout=300, env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
                                             "COURSE_HOME": str(tmp_path)})

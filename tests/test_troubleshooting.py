@@ -13,9 +13,10 @@ import shlex
 
 import pytest
 
-from course_utils import facts, texts
-from course_utils import trouble_sources as S
-from course_utils import troubleshooting as T
+from course_utils.chapter import facts
+from course_utils.chapter import texts
+from course_utils.chapter.troubleshooting import sources as S
+from course_utils.chapter.troubleshooting import guide as T
 from course_utils.cli import build_parser
 
 # The words each entry exists for: one of its messages must hold them (the issue names most of them).
@@ -127,7 +128,7 @@ def test_the_gated_fix_reaches_the_measuring_process(monkeypatch):
 # --- (b) the committed guide is the rendering -----------------------------------------------------
 def test_committed_guide_is_the_rendering(rendered):
     assert T.block_of(T.GUIDE.read_text(encoding="utf-8")) == rendered, \
-        "TROUBLESHOOTING.md is stale: run python -m course_utils.troubleshooting"
+        "TROUBLESHOOTING.md is stale: run python -m course_utils.chapter.troubleshooting.guide"
     for e in T.ENTRIES:
         assert f"\n## {e.title}\n" in rendered and f"(#{e.anchor})" in rendered
 
@@ -152,7 +153,7 @@ def test_prose_has_no_unsourced_figure():
 
 
 def test_links_point_at_the_release_and_an_entry():
-    from course_utils.notebook import RELEASE_TAG
+    from course_utils.chapter.every_notebook import RELEASE_TAG
 
     url = T.link("oom")
     assert url.endswith(f"/blob/{RELEASE_TAG}/TROUBLESHOOTING.md#cuda-out-of-memory-on-a-t4")
@@ -193,7 +194,7 @@ def test_every_fix_command_runs(rendered, capsys):
 
 def test_on_a_t4_the_8b_runs_that_do_not_fit_are_those_without_4bit_weights():
     """What the out-of-memory entry says of USE_LLAMA_8B = True, from the shipped T4 check."""
-    from course_utils.t4check import defect, records
+    from course_utils.chapter.t4 import defect, records
 
     runs = [run for rec in records(usable=lambda r: not defect(r))
             if rec["variant"] == "llama-8b" and not rec["notebook"].startswith("06") for run in rec["runs"]]
@@ -219,12 +220,12 @@ def test_the_estimate_command_describes_the_recipe(rendered):
 def test_every_notebook_links_its_troubleshooting_entries():
     import json
 
-    from course_utils.troubleshooting import notebook_markdown
+    from course_utils.chapter.troubleshooting.guide import notebook_markdown
 
     for path in sorted((texts.ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         tagged = [c for c in cells if "troubleshooting" in c.get("metadata", {}).get("tags", [])]
-        assert len(tagged) == 1, f"{path.name}: run python scripts/insert_extras.py {path}"
+        assert len(tagged) == 1, f"{path.name}: run python scripts/notebooks/insert_extras.py {path}"
         assert "".join(tagged[0]["source"]) == notebook_markdown(path.name[:2]), path.name
         setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
         assert cells[setup + 1] is tagged[0], f"{path.name}: the troubleshooting cell belongs right after the setup"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils import facts, texts
-from course_utils.quiz import load_bank, quiz_dir
+from course_utils.chapter import facts
+from course_utils.chapter import texts
+from course_utils.chapter.quiz.bank import load_bank, quiz_dir
 
 pytestmark = pytest.mark.truth
 def test_every_figure_has_a_source():
@@ -66,7 +67,7 @@ def test_a_pinned_figure_goes_stale_with_its_source(monkeypatch):
 
 def test_the_8b_reference_runs_are_one_measurement_run():
     """Every ratio the notebooks print between Llama-3.1-8B reference runs is taken within one measurement run."""
-    from course_utils.notebook import describe_reference
+    from course_utils.chapter.every_notebook import describe_reference
     from course_utils.results import reference_results
 
     ms = [m for m in reference_results() if m.recipe["model"] == "llama-3.1-8b"]
@@ -75,7 +76,7 @@ def test_the_8b_reference_runs_are_one_measurement_run():
 
 
 def test_paging_pages_nothing_of_lora_and_nearly_all_of_a_full_fine_tune():
-    from course_utils.lessons import paging
+    from course_utils.chapter.efficient_optimizers import paging
 
     text = paging("llama-3.1-8b")
     assert "elements: 0 paged" in text  # every r=16 LoRA tensor is under bitsandbytes' threshold
@@ -88,7 +89,7 @@ def test_paging_pages_nothing_of_lora_and_nearly_all_of_a_full_fine_tune():
 def test_the_tf32_reference_ships_with_provenance_and_the_text_follows_it():
     import dataclasses
 
-    from course_utils.lessons import tf32_reference, tf32_summary
+    from course_utils.chapter.mixed_precision import tf32_reference, tf32_summary
 
     runs = tf32_reference()
     assert sorted(m.label for m in runs) == ["LoRA bf16, no ckpt, 1x16", "LoRA fp32 + TF32, no ckpt, 1x16",
@@ -125,7 +126,7 @@ def test_refresh_figures_script_checks_and_rewrites_a_readme_and_a_notebook(tmp_
     import runpy
     from pathlib import Path
 
-    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "refresh_figures.py"),
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "notebooks" / "refresh_figures.py"),
                             run_name="refresh_figures")
     expr = "{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}"
     now = f"{facts.ref('QLoRA 16x1').cuda_max_allocated / 2**30:.2f}"

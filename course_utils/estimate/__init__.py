@@ -42,29 +42,40 @@ devices an estimate assumes, `Hardware` and `HARDWARE`, and of `resolve_precisio
 Every name is importable from `course_utils.estimate` itself.
 """
 
+from __future__ import annotations
+
 from types import ModuleType as _ModuleType
 
-from ..hardware import HARDWARE, GiB, Hardware, MiB, get_hardware
-from .activations import (Piece, attention_backward_temporaries, attention_piece, autocast_weight_copies,
-                          embedding_backward_temporaries, full_ft_linear_inputs, head_activation_terms,
-                          layer_activation_terms, layer_backward_temporaries, layer_pieces, lora_piece,
-                          loss_backward_temporaries, loss_forward_extras, loss_scalars, norm_keeps_layer_input,
-                          norm_piece, offloaded, optimizer_step_temporaries, per_layer_bytes, recomputed_input)
-from .peak import (CUBLAS_HANDLES, KERNEL_SCRATCH_PER_TOKEN, Estimate, candidate_moments, cublas_workspace_bytes,
-                   cuda_extra_term, estimate, estimate_notes, fmt_bytes, lm_head_gradient)
-from .reports import (CHAPTER_CLAIMS, NOT_MEMORY_FIELDS, SHORT_NAMES, TABLE_MODELS, ExpectedCell, ExpectedRow,
-                      comparison_header, comparison_lines, expected_memory_table, format_expected_table,
-                      percent_error, reference_for, same_setup, tiny_check_recipes, without_optimization_recipe)
-from .distributed import (ANCHOR_GB_PER_GPU, DDP_BUCKET_CAP_MB, FSDP_PREFETCHED_UNITS, STRATEGIES,
-                          DistributedEstimate, ShardedTerm, anchor_check, anchor_lines, anchor_recipe, ddp_bucket_term,
-                          estimate_distributed, fsdp_moment_terms, fsdp_static_terms, layer_gather_term,
-                          layer_unit_bytes, reduce_scatter_term, root_gather_term, run_recipe)
-from .shapes import EstimateError, Shapes, load_config, model_shapes, shapes_from_config
-from .terms import (ATTENTION_INPUTS, BNB_8BIT_BLOCK, BNB_32BIT, BNB_MIN_8BIT_SIZE, BNB_PAGE_MIN, BNB_QMAP_BYTES,
-                    CATEGORIES, DQ_CODE_BYTES, LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, NF4_BLOCK, NF4_CODE_BYTES,
-                    NF4_SCALE_BLOCK, TORCH_ADAMW, Dtypes, Setup, Term, attention_kernel, bnb_8bit_terms, dtype_name,
-                    dtypes_for, gradient_terms, lora_params, lora_shapes, nf4_bits_per_param, nf4_bytes,
-                    optimizer_terms, parameter_terms, trainable_bytes_per_element, trainable_tensors)
+from course_utils.common import GiB, MiB
+from course_utils.estimate.activations import (Piece, attention_backward_temporaries, attention_piece,
+                                               autocast_weight_copies, embedding_backward_temporaries,
+                                               full_ft_linear_inputs, head_activation_terms, layer_activation_terms,
+                                               layer_backward_temporaries, layer_pieces, lora_piece,
+                                               loss_backward_temporaries, loss_forward_extras, loss_scalars,
+                                               norm_keeps_layer_input, norm_piece, offloaded,
+                                               optimizer_step_temporaries, per_layer_bytes, recomputed_input)
+from course_utils.estimate.distributed import (ANCHOR_GB_PER_GPU, DDP_BUCKET_CAP_MB, DistributedEstimate,
+                                               FSDP_PREFETCHED_UNITS, ShardedTerm, STRATEGIES, anchor_check,
+                                               anchor_lines, anchor_recipe, ddp_bucket_term, estimate_distributed,
+                                               fsdp_moment_terms, fsdp_static_terms, layer_gather_term,
+                                               layer_unit_bytes, reduce_scatter_term, root_gather_term, run_recipe)
+from course_utils.estimate.peak import (CUBLAS_HANDLES, Estimate, KERNEL_SCRATCH_PER_TOKEN, candidate_moments,
+                                        cublas_workspace_bytes, cuda_extra_term, estimate, estimate_notes,
+                                        fmt_bytes, lm_head_gradient)
+from course_utils.estimate.reports import (CHAPTER_CLAIMS, ExpectedCell, ExpectedRow, NOT_MEMORY_FIELDS,
+                                           SHORT_NAMES, TABLE_MODELS, comparison_header, comparison_lines,
+                                           expected_memory_table, format_expected_table, percent_error,
+                                           reference_for, same_setup, tiny_check_recipes,
+                                           without_optimization_recipe)
+from course_utils.estimate.shapes import EstimateError, Shapes, load_config, model_shapes, shapes_from_config
+from course_utils.estimate.terms import (ATTENTION_INPUTS, BNB_32BIT, BNB_8BIT_BLOCK, BNB_MIN_8BIT_SIZE,
+                                         BNB_PAGE_MIN, BNB_QMAP_BYTES, CATEGORIES, DQ_CODE_BYTES, Dtypes,
+                                         LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, NF4_BLOCK, NF4_CODE_BYTES,
+                                         NF4_SCALE_BLOCK, Setup, Term, TORCH_ADAMW, attention_kernel,
+                                         bnb_8bit_terms, dtype_name, dtypes_for, gradient_terms, lora_params,
+                                         lora_shapes, nf4_bits_per_param, nf4_bytes, optimizer_terms,
+                                         parameter_terms, trainable_bytes_per_element, trainable_tensors)
+from course_utils.machine import HARDWARE, Hardware, get_hardware
 
 __all__ = sorted(name for name, value in globals().items() if not name.startswith("_")
                  and not isinstance(value, _ModuleType))  # every name above, not the submodules

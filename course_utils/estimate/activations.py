@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .terms import (ATTENTION_INPUTS, LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, TORCH_ADAMW, Setup, Term, lora_shapes,
-                    trainable_bytes_per_element, trainable_tensors)
+from course_utils.estimate.terms import (ATTENTION_INPUTS, LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, Setup, Term,
+                                         TORCH_ADAMW, lora_shapes, trainable_bytes_per_element, trainable_tensors)
 
 # ---------------------------------------------------------------------------------------------
 # activations: what autograd keeps, per token

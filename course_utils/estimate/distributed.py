@@ -56,14 +56,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..hardware import GiB, MiB, Hardware, get_hardware, resolve_precision
-from ..recipe import Recipe
-from ..tables import wrap
-from .activations import optimizer_step_temporaries
-from .peak import Estimate, TermSum, candidate_moments, estimate, fmt_bytes
-from .shapes import EstimateError, model_shapes, shapes_from_config
-from .terms import (CATEGORIES, Setup, Term, attention_kernel, dtypes_for, gradient_terms, lora_params,
-                    optimizer_terms, parameter_terms, trainable_bytes_per_element, trainable_tensors)
+from course_utils.common import GiB, MiB
+from course_utils.estimate.activations import optimizer_step_temporaries
+from course_utils.estimate.peak import Estimate, TermSum, candidate_moments, estimate, fmt_bytes
+from course_utils.estimate.shapes import EstimateError, model_shapes, shapes_from_config
+from course_utils.estimate.terms import (CATEGORIES, Setup, Term, attention_kernel, dtypes_for, gradient_terms,
+                                         lora_params, optimizer_terms, parameter_terms, trainable_bytes_per_element,
+                                         trainable_tensors)
+from course_utils.machine import Hardware, get_hardware, resolve_precision
+from course_utils.recipe import Recipe
+from course_utils.show.tables import wrap
 
 STRATEGIES = ("ddp", "fsdp")
 DDP_BUCKET_CAP_MB = 25  # torch DistributedDataParallel(bucket_cap_mb=25): MiB per bucket

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..hardware import GiB, MiB, Hardware, get_hardware, resolve_precision
-from ..recipe import Recipe
-from ..tables import wrap
-from .activations import (attention_backward_temporaries, embedding_backward_temporaries, head_activation_terms,
-                          layer_activation_terms, layer_backward_temporaries, loss_backward_temporaries,
-                          loss_forward_extras, offloaded, optimizer_step_temporaries, recomputed_input)
-from .shapes import model_shapes, shapes_from_config
-from .terms import (BNB_PAGE_MIN, CATEGORIES, Setup, Term, attention_kernel, dtypes_for, gradient_terms,
-                    optimizer_terms, parameter_terms, trainable_tensors)
-
+from course_utils.checks import check_positions
+from course_utils.common import GiB, MiB
+from course_utils.estimate.activations import (attention_backward_temporaries, embedding_backward_temporaries,
+                                               head_activation_terms, layer_activation_terms,
+                                               layer_backward_temporaries, loss_backward_temporaries,
+                                               loss_forward_extras, offloaded, optimizer_step_temporaries,
+                                               recomputed_input)
+from course_utils.estimate.shapes import model_shapes, shapes_from_config
+from course_utils.estimate.terms import (BNB_PAGE_MIN, CATEGORIES, Setup, Term, attention_kernel, dtypes_for,
+                                         gradient_terms, optimizer_terms, parameter_terms, trainable_tensors)
+from course_utils.machine import Hardware, get_hardware, resolve_precision
+from course_utils.recipe import Recipe
+from course_utils.show.tables import wrap
 
 # ---------------------------------------------------------------------------------------------
 # the result
@@ -140,7 +143,6 @@ def estimate(recipe: Recipe, config=None, *, hardware: str | Hardware = "gpu", p
     device_cc: the compute capability of the GPU that really runs it, when it is not the hardware's
     own (a T4 profile on an H200 runs the H200's libraries, so their workspaces).
     """
-    from ..checks import check_positions
 
     hw = get_hardware(hardware)
     positions = getattr(config, "max_position_embeddings", None) if config is not None else None

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..hardware import GiB, MiB, Hardware
-from ..recipe import Recipe
-from .peak import Estimate, estimate
-from .shapes import model_shapes
-from .terms import CATEGORIES
-from ..tables import wrap
-
+from course_utils.common import GiB, MiB
+from course_utils.estimate.peak import Estimate, estimate
+from course_utils.estimate.shapes import model_shapes
+from course_utils.estimate.terms import CATEGORIES
+from course_utils.machine import Hardware
+from course_utils.recipe import Recipe, ladder, source_chapter_recipe
+from course_utils.results import reference_results
+from course_utils.show.tables import wrap
 
 # ---------------------------------------------------------------------------------------------
 # the course's answer to the chapter's "Expected Memory Usage" table
@@ -37,7 +38,6 @@ _SETUP_FIELDS = tuple(f.name for f in fields(Recipe) if f.name not in NOT_MEMORY
 
 def reference_for(recipe: Recipe, references: list | None = None):
     """The shipped GPU reference Measurement of this exact setup, or None."""
-    from ..results import reference_results
 
     refs = reference_results() if references is None else references
     return next((m for m in refs if m.fits and same_setup(m.recipe_obj, recipe)), None)
@@ -80,8 +80,6 @@ class ExpectedRow:
 
 def expected_memory_table(hardware: str | Hardware = "gpu") -> list[ExpectedRow]:
     """Rows 7B, 8B, 13B, 70B: the chapter's claims beside our estimates and (where they exist) measurements."""
-    from ..recipe import source_chapter_recipe
-    from ..results import reference_results
 
     refs = reference_results()
     rows = []
@@ -149,12 +147,11 @@ def format_expected_table(rows: list[ExpectedRow]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# the recipes the estimator is held to on the tiny model (tests and scripts/estimator_accuracy.py)
+# the recipes the estimator is held to on the tiny model (tests and scripts/gpu/estimator_accuracy.py)
 # ---------------------------------------------------------------------------------------------
 def tiny_check_recipes() -> list[Recipe]:
     """The chapter's ladder on the tiny model in fp32, plus full fine-tunes, micro-batch 8, sequence 512 and NF4
     without double quant."""
-    from ..recipe import ladder
 
     base = Recipe(learning_rate=1e-3, steps=3, warmup_steps=1)  # 1 warm-up, 1 tracked, 1 timed: bytes matter
     recipes: dict[str, Recipe] = {}

@@ -13,7 +13,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
+from course_utils import models
+from course_utils.models import load_config as read
 
 class EstimateError(ValueError):
     """The estimator cannot model this model or recipe; the message says why."""
@@ -64,7 +65,6 @@ class Shapes:
 def load_config(model: str):
     """The transformers config of a recipe's model: models.load_config (tiny, a preset, a local folder, or a
     hub id read through one probe and a deadline)."""
-    from ..models import load_config as read
 
     return read(model)
 
@@ -147,7 +147,6 @@ def _kept_shapes(model: str) -> Path | None:
     models.py). None for any other model: a folder or a hub id can change under the same name."""
     from importlib import metadata
 
-    from .. import models
 
     if models.is_preset(model):
         source = json.dumps(models.PRESETS[model.lower()], sort_keys=True).encode()

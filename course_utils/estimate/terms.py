@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..common import CATEGORIES as _CATEGORIES
-from ..hardware import Hardware
-from ..recipe import Recipe, RecipeError
-from .shapes import Shapes
+from course_utils.common import CATEGORIES as _CATEGORIES
+from course_utils.estimate.shapes import Shapes
+from course_utils.machine import Hardware
+from course_utils.recipe import Recipe, RecipeError
 
 CATEGORIES = _CATEGORIES[:5]  # what the estimator predicts: every category but "other"
 

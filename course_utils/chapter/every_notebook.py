@@ -1,0 +1,227 @@
+"""What the chapter notebooks share: which model to use here, the base recipe for this hardware,
+the shipped GPU reference points, and the figures every notebook ends with.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from string import Template
+
+from course_utils import build, machine
+from course_utils.checks import check_hardware
+from course_utils.common import GiB, MiB, __version__
+from course_utils.estimate import comparison_header, comparison_lines, estimate
+from course_utils.machine import apply_profile, release_memory
+from course_utils.models import no_progress_bars, resolve_model
+from course_utils.recipe import Recipe, base_recipe_for
+from course_utils.results import reference_results
+from course_utils.show.plots import technique_figure as figure
+from course_utils.show.tables import wrap, wrap_parts
+
+def releases_memory(fn):
+    """Run fn, then give the GPU memory its models held back to the card."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release_memory()
+
+    return wrapper
+
+
+def skeleton(model: str, dtype=None):
+    """The model on the meta device: every shape and dtype, no memory (fp32 unless told)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+
+    config = AutoConfig.from_pretrained(resolve_model(model))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+
+
+def needs_4bit_here(model: str) -> bool:
+    """True when the model's fp32 weights (and as much again for one step) do not fit what this
+    process may use: a demonstration then loads it in 4-bit NF4 instead, and says so."""
+
+    weights = sum(p.numel() for p in skeleton(model).parameters()) * 4
+    needed = 1.2 * weights
+    if needed <= machine.available_bytes():
+        return False
+    print(wrap(f"({model} in fp32 needs about {needed / GiB:.1f} GiB, more than this card leaves this process "
+               f"({machine.available_bytes() / GiB:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)"))
+    return True
+
+
+def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
+    """Notebooks 00, 01, 02 and 05: load a model as a recipe would (quantization included), without LoRA
+    or a trainer."""
+
+    recipe = Recipe(model=model, load_in_4bit=load_in_4bit, double_quant=double_quant, precision=precision)
+    with no_progress_bars():  # a second-long load: no bar in a notebook's checked output
+        loaded, _ = build.load_model(recipe, check_hardware(recipe))
+    return loaded
+
+# The one place the repository's address lives: scripts/notebooks/update_badges.py writes it into every
+# notebook's "Open in Colab" badge and Colab setup cell. Both name the release tag RELEASE_TAG, a fixed
+# version, not a moving branch: the badge opens the release's notebook and the setup cell installs the
+# release's course_utils, so a learner never runs a notebook from main against an older package.
+REPOSITORY = "github.com/llm-course/memory-efficient-training"
+RELEASE_TAG = f"v{__version__}"  # from the one version number, course_utils.__version__
+
+# Every notebook's first code cell, written by scripts/notebooks/update_badges.py (its --check fails on a stale
+# one). It imports nothing heavy: torch and the course are not importable before it has run.
+# On Colab it installs the course at RELEASE_TAG with a pip constraints file that pins Colab's own
+# torch, numpy and ipywidgets to the versions installed, so pip cannot replace them (if the course's
+# pins cannot be met with them, pip fails and the cell says so); it shows pip's output only when pip
+# fails, and says whether the runtime needs a restart: it does when pip changed a distribution whose
+# module this kernel has already imported.
+SETUP_CELL = Template(r"""# Setup. On Colab, install this course's pinned packages at its release tag; Colab's own torch, numpy
+# and ipywidgets stay as they are (a pip constraint). Anywhere else this cell does nothing (README.md).
+import os, subprocess, sys, tempfile
+from importlib import metadata
+
+if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
+    SPEC = "memory-efficient-training[colab] @ $install_url"
+    versions = lambda: dict(reversed([(d.metadata.get("Name", "").lower(), d.version) for d in metadata.distributions()]))
+    before = versions()
+    keep = [f"{name}=={before[name]}" for name in ("torch", "numpy", "ipywidgets") if name in before]
+    with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as constraints:
+        constraints.write("\n".join(keep) + "\n")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-c", constraints.name, SPEC],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if pip.returncode != 0:
+        print(tail := "\n".join(pip.stdout.splitlines()[-40:]))
+        errors = " ".join(line for line in tail.splitlines() if line.startswith("ERROR"))
+        raise RuntimeError(f"pip failed (exit {pip.returncode}): {errors} (output above). A network error? Run this "
+                           f"cell again. A conflict with Colab's {', '.join(keep)}? The course's pins do not accept them; "
+                           "please report it, with that output, at $issues_url")
+    changed = {name for name, version in versions().items() if before.get(name) != version}
+    stale = sorted({d for m, ds in metadata.packages_distributions().items() if m in sys.modules
+                    for d in ds if d.lower() in changed})
+    print(f"installed memory-efficient-training $tag, keeping {', '.join(keep)}" + ("; no restart needed." if not stale else
+          f".\nRestart the runtime (Runtime > Restart session), then run the notebook from the next cell ({', '.join(stale)} changed)."))""")
+
+
+def install_url() -> str:
+    """What the Colab setup cell pip-installs: this repository at its release tag."""
+    return f"git+https://{REPOSITORY}@{RELEASE_TAG}"
+
+
+def setup_cell() -> str:
+    """The source of every notebook's Colab setup cell (its first code cell)."""
+    return SETUP_CELL.substitute(install_url=install_url(), tag=RELEASE_TAG, issues_url=f"https://{REPOSITORY}/issues")
+
+SMALL_HUB_MODEL = "HuggingFaceTB/SmolLM2-360M"  # ungated, Llama architecture, fits a free T4 easily
+SMALL_PRESET = "smollm2-360m"  # its shape with random weights (models.PRESETS), when the hub cannot be reached
+REFERENCE_MODEL = "llama-3.1-8b"
+
+
+def on_colab() -> bool:
+    """True inside Google Colab."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def colab_url(notebook_path: str) -> str:
+    """The Colab address of a notebook of this repository, e.g. notebooks/01_x.ipynb."""
+    return f"https://colab.research.google.com/{REPOSITORY.replace('github.com', 'github')}/blob/{RELEASE_TAG}/{notebook_path}"
+
+
+def choose_model(use_llama_8b: bool = False) -> str:
+    """The model for this machine: the embedded tiny model on a CPU; on a GPU a small ungated hub
+    model (or, offline, its shape with random weights), or the Llama-3.1-8B architecture (random
+    weights, no download) when asked. On a GPU it also applies the device profile, if one is set
+    (COURSE_PROFILE=t4), to this notebook's own process."""
+    from course_utils.data import hub_reachable
+
+    if machine.device_type() == "cpu":
+        if use_llama_8b:
+            print("No GPU here: Llama-3.1-8B needs one, so this run uses the embedded tiny model.")
+        return "tiny"
+    note = apply_profile()
+    if note:
+        print(wrap(note))
+    if use_llama_8b:
+        return REFERENCE_MODEL
+    if hub_reachable():
+        return SMALL_HUB_MODEL
+    print(wrap(f"The hub is not reachable, so {SMALL_HUB_MODEL} cannot be downloaded: using its architecture with "
+               f"random weights ({SMALL_PRESET}); memory and speed are the same, the losses are not."))
+    return SMALL_PRESET
+
+
+def base_recipe(model: str) -> Recipe:
+    """The chapter's starting point for this model and machine: plain LoRA, no memory technique yet.
+
+    On a CPU: micro-batch 4 x 256 tokens, 6 steps (2 warm-up, 1 tracked, 3 timed), learning rate
+    1e-3 (the tiny model has random weights; LoRA needs bigger steps to show learning quickly).
+    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.7 GiB) holds
+    the small hub model's baseline; on Llama-3.1-8B the fp32 baseline is expected not to fit.
+    """
+
+    return base_recipe_for(model, machine.device_type())
+
+
+def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
+    """Shipped GPU reference measurements of `model` with these labels, in the order given."""
+
+    ref = {m.label: m for m in reference_results() if m.recipe.get("model") == model}
+    missing = [label for label in labels if label not in ref]
+    if missing:
+        raise KeyError(f"no reference run labelled {missing}; available: {sorted(ref)}")
+    return [ref[label] for label in labels]
+
+
+def describe_reference(ms, prefix: str = "") -> str:
+    """The provenance of reference points: GPU, driver, versions, and each measurement run shown (its id, date
+    and command): ratios between points are only meaningful within one run. `prefix` starts the first line
+    ("reference: "); lines are at most 100 characters, broken between its parts."""
+
+    if not ms:
+        return prefix + "no reference points"
+    env = ms[0].env
+    v = env["versions"]
+    runs: dict[str, list] = {}
+    for m in ms:
+        runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
+    shown = [f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
+             else f"`{key}`" for key, group in runs.items()]
+    versions = [f"torch {v['torch']}", f"transformers {v['transformers']}", f"peft {v['peft']}", f"trl {v['trl']}",
+                f"bitsandbytes {v['bitsandbytes']}"] + ([f"liger-kernel {v['liger-kernel']}"] if "liger-kernel" in v else [])
+    env_parts = [f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')})"] + versions
+    pieces = [p + "," for p in env_parts[:-1]] + [env_parts[-1] + ";"] + [p + ";" for p in shown[:-1]] + shown[-1:]
+    return wrap_parts(pieces, " ", first=prefix)
+
+
+def _base_command(command: str) -> str:
+    """A reference run's command without the parts that split one run over several calls (--first, --only)."""
+    import re
+
+    return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")
+
+
+def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
+    """Your points (joined in the order you added the techniques) and the shipped GPU reference points
+    (if any) on one plot, each series named in the legend (course_utils.plots). Returns the figure."""
+
+    return figure([m for m in mine if m is not None], reference, title=title)
+
+
+def estimate_for(recipe: Recipe):
+    """The estimator's prediction for `recipe` on this kind of device (CPU, T4-class or bf16 GPU)."""
+
+    hardware = "cpu" if machine.device_type() == "cpu" else ("gpu" if machine.bf16_supported() else "t4")
+    return estimate(recipe.with_(label=recipe.label), hardware=hardware)
+
+
+def estimate_vs_measured(measurements) -> str:
+    """A table: for each measurement, estimated against measured MiB per category and at the peak."""
+
+    lines = [comparison_header(34)]
+    for m in measurements:
+        lines += comparison_lines(m.label, estimate_for(m.recipe_obj), m, 34)
+    return "\n".join(lines)

@@ -1,0 +1,361 @@
+"""Try it: one exercise per notebook, after its measurement and before its quiz (issue 15).
+
+Each `Exercise` is a short task that changes the notebook's recipe, done with the course's own calls
+(`base.with_(...)`, `estimate`, `plan`), and decided by the estimator, which on the embedded tiny model on a
+CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
+
+- `task(base)`: the task as Markdown. Every figure in it is computed from the notebook's base recipe (its
+  estimate, the model's config, the planner's rule, the source chapter's text), and a derived figure shows
+  its arithmetic; the templates hold no typed figure (tests/test_exercises.py runs facts.unsourced on them).
+- `check(answer, base)`: a Verdict, passed or not, and why: the estimated figures it decided on.
+- `solution(base)`: the worked solution, found as a learner would (one change at a time, the estimator in
+  the loop); `show_solution` shows it as code. The checks and searches live in course_utils.exercise_checks.
+
+The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_exercise(name, base)`,
+`answer = None`, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which
+checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
+
+Hardware: on a CPU the estimate's CPU; on a GPU this machine's kind ('gpu' with bf16; 't4' without it or
+under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 08 about the chapter's claim for a
+bf16 GPU and 09 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 09's
+answer is a number of GPUs (answer_kind="gpus"; its check: exercise_checks_multi), the others' a Recipe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import functools
+import html
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from course_utils import machine
+from course_utils.common import GiB, MiB
+from course_utils.estimate import EstimateError, estimate, load_config
+from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
+from course_utils.machine import HardwareError, get_hardware
+from course_utils.recipe import Recipe, RecipeError
+from course_utils.show.tables import wrap
+
+REFERENCE_MODEL = "llama-3.1-8b"
+NOT_MEMORY = ("label", "steps", "warmup_steps", "learning_rate", "seed")  # knobs that do not move the peak
+SEQ_STEP = 64  # exercise 06 searches sequence lengths in steps of this many tokens
+CLAIM = "QLoRA + all optimizations enable 7B on 6GB"  # the source chapter's words (tested to be there)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an answer holds, and why: the estimated figures the check decided on."""
+
+    passed: bool
+    title: str
+    lines: tuple[str, ...] = ()
+    note: str = ""  # a line above the verdict ("No answer yet: ...")
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        head = [self.note] if self.note else []
+        body = [("Holds: " if self.passed else "Not yet: ") + self.title] + [f"- {line}" for line in self.lines]
+        return wrap("\n".join(head + body))
+
+    __repr__ = __str__
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(str(self))
+
+
+# --- shared helpers ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=512)
+def _est(recipe: Recipe, hw: str):
+    """The estimate of `recipe` on `hw` (cached: a check and its solution search ask for the same ones)."""
+    return estimate(recipe, hardware=hw)
+
+
+def _try_est(recipe: Recipe, hw: str):
+    """(estimate, None), or (None, the estimator's reason) when it refuses the recipe on that hardware."""
+    try:
+        return _est(recipe, hw), None
+    except (HardwareError, EstimateError, RecipeError) as error:
+        return None, str(error)
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / MiB:,.1f}"
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GiB:.2f}"
+
+
+def _sum_line(parts: list[tuple[str, int]], unit=_mib) -> tuple[str, str]:
+    """'weights 16.9 + gradients 0.0 = 16.9' from (name, bytes) pairs: the total is the sum of the shown parts."""
+    shown = [unit(b) for _, b in parts]
+    total = sum(float(s.replace(",", "")) for s in shown)
+    digits = len(shown[0].split(".")[1]) if "." in shown[0] else 0
+    return " + ".join(f"{name} {s}" for (name, _), s in zip(parts, shown)), f"{total:,.{digits}f}"
+
+
+def _changed(answer: Recipe, start: Recipe) -> list[str]:
+    """The memory knobs in which `answer` differs from `start`."""
+    return [f.name for f in dataclasses.fields(Recipe)
+            if f.name not in NOT_MEMORY and getattr(answer, f.name) != getattr(start, f.name)]
+
+
+def _only(answer: Recipe, start: Recipe, allowed: set[str]) -> Verdict | None:
+    """A failing Verdict when `answer` changes a knob outside `allowed`, else None."""
+    extra = [f for f in _changed(answer, start) if f not in allowed]
+    if not extra:
+        return None
+    was = ", ".join(f"{f}={getattr(start, f)!r} (yours: {getattr(answer, f)!r})" for f in extra)
+    return Verdict(False, f"change only {', '.join(sorted(allowed))}; your answer also changes {was}")
+
+
+def _refuse(condition: bool, title: str, lines: tuple[str, ...] = ()) -> Verdict | None:
+    """A failing Verdict when `condition` holds, else None."""
+    return Verdict(False, title, lines) if condition else None
+
+
+def _still_lora(a: Recipe) -> Verdict | None:
+    return _refuse(a.uses_lora, f"still LoRA (lora_r={a.lora_r}): a full fine-tune is lora_r=None")
+
+
+def _first(*verdicts: Verdict | None) -> Verdict | None:
+    """The first refusal (a Verdict is falsy when it fails, so `or` cannot pick it)."""
+    return next((v for v in verdicts if v is not None), None)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _same_steps(answer: Recipe, start: Recipe) -> Verdict | None:
+    """A failing Verdict when `answer` trains another number of sequences per step, or other lengths."""
+    if answer.effective_batch != start.effective_batch:
+        return Verdict(False, f"keep {start.effective_batch} sequences per optimizer step: yours trains "
+                              f"{answer.micro_batch} x {answer.grad_accum} = {answer.effective_batch}")
+    if answer.max_seq_length != start.max_seq_length:
+        return Verdict(False, f"keep the sequence length at {start.max_seq_length} (yours: {answer.max_seq_length})")
+    return None
+
+
+def _at(r: Recipe, micro_batch: int) -> Recipe:
+    """`r` at another micro-batch, with the accumulation that keeps its effective batch."""
+    return r.with_(micro_batch=micro_batch, grad_accum=r.effective_batch // micro_batch)
+
+
+def _largest(start: Recipe, fits: Callable[[Recipe], bool]) -> Recipe:
+    """`start` at the largest micro-batch (a divisor of its effective batch) that `fits`, else at micro-batch 1."""
+    return _at(start, max([d for d in _divisors(start.effective_batch) if fits(_at(start, d))] or [1]))
+
+
+def _larger_fits(answer: Recipe, fits: Callable[[Recipe], bool]) -> int | None:
+    """A micro-batch above the answer's, at the same effective batch, that fits too; None when none does."""
+    return next((d for d in _divisors(answer.effective_batch) if d > answer.micro_batch and fits(_at(answer, d))), None)
+
+
+def _positions(model: str) -> int:
+    """How many positions the model has (its longest sequence)."""
+    return int(getattr(load_config(model), "max_position_embeddings", None) or 2**20)
+
+
+def _t4_bytes() -> int:
+    return int(get_hardware("t4").memory_gib * GiB)
+
+
+def _need_line(e, budget: int) -> str:
+    """'estimated 8.54 GiB x 1.15 + 0.75 = 10.57 GiB needed of 14.70 GiB' (the planner's rule, course_utils.plan)."""
+    return (f"estimated {_gib(e.peak_bytes)} GiB x {MARGIN_FACTOR} + {MARGIN_GIB} = {_gib(needed_bytes(e))} GiB "
+            f"needed (the planner's rule) of {_gib(budget)} GiB")
+
+
+def _t4_fits(recipe: Recipe) -> bool:
+    e, _ = _try_est(recipe, "t4")
+    return e is not None and needed_bytes(e) <= _t4_bytes()
+
+
+# --- 00: what grows with the model, what with the tokens ----------------------------------------------
+def _sides(e) -> tuple[list, list]:
+    c = e.by_category
+    return ([("weights", c["parameters"]), ("gradients", c["gradients"]), ("optimizer state", c["optimizer"])],
+            [("activations", c["activations"]), ("temporaries", c["temporaries"])])
+
+
+# --- 01: when checkpointing saves most ---------------------------------------------------------------
+def _saving(r: Recipe, hw: str) -> tuple:
+    on, off = _est(r.with_(gradient_checkpointing=True), hw), _est(r.with_(gradient_checkpointing=False), hw)
+    return on, off, 1 - on.peak_bytes / off.peak_bytes
+
+
+# --- 08: the chapter's "7B on 6GB", with notebook 08's changes --------------------------------------------
+BEYOND_KNOBS = {"prepare_kbit", "offload_embeddings", "liger_kernels", "offload_activations", "torch_compile",
+                "micro_batch", "grad_accum"}
+
+
+def claim_bytes() -> tuple[str, int]:
+    """The chapter's memory in CLAIM ('6GB'), as written and in bytes (a GB is 10^9 bytes)."""
+    written = re.search(r"on (\d+(?:\.\d+)?GB)$", CLAIM).group(1)
+    return written, parse_budget(written)
+
+__all__ = ["EXERCISES", "Exercise", "ExerciseError", "Shown", "Verdict", "check_exercise", "exercise",
+           "hardware_here", "show_exercise", "show_solution"]
+
+
+HARDWARE_WORDS = {"cpu": "this CPU", "gpu": "a bf16 GPU", "t4": "a free T4 (fp16)"}
+
+
+class ExerciseError(ValueError):
+    """An exercise call that cannot work (unknown notebook, an answer that is not a Recipe), or a worked
+    solution that fails its own check; the message says what to do."""
+
+
+def hardware_here() -> str:
+    """The estimator's hardware for this machine: 'cpu', 'gpu' (bf16) or 't4' (no bf16, or the T4 profile)."""
+
+    if machine.device_type() == "cpu":
+        return "cpu"
+    profile = machine.active_profile()
+    return profile.name if profile else ("gpu" if machine.bf16_supported() else "t4")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A cell's output: Markdown or HTML in Jupyter, text (at most 100 characters a line) elsewhere."""
+
+    text: str
+    markdown: str = ""
+    html: str = ""
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        p.text(self.text)
+
+    def _repr_markdown_(self) -> str | None:
+        return self.markdown or None
+
+    def _repr_html_(self) -> str | None:
+        return self.html or None
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One notebook's exercise: its task (a template filled from the base recipe), check and worked solution."""
+
+    notebook: str  # the notebook's name, e.g. "01_gradient_checkpointing"
+    title: str
+    template: str  # Markdown with {fields}: every figure comes from `figures`
+    figures: Callable[[Recipe, str], dict]  # (start, hw) -> the template's fields
+    checker: Callable[[Recipe, Recipe, str], Verdict]  # (answer, start, hw)
+    solver: Callable[[Recipe, str], Recipe]  # (start, hw) -> the worked solution
+    how: str  # how the worked solution was found, in a sentence
+    hardware: str | None = None  # fixed hardware ('t4', 'gpu'); None: this machine's
+    start_code: str = "base"  # how the notebook names the recipe the exercise starts from
+    start: Callable[[Recipe], Recipe] = lambda base: base
+    setup: str = ""  # an import the notebook's cell needs for start_code
+    base_name: str = "base"  # what the notebook's cells pass as `base`
+    answer_kind: str = "recipe"  # or "gpus": the answer is a whole number of GPUs (notebook 09)
+
+    def hw(self, hardware: str | None = None) -> str:
+        """The estimator's hardware for this exercise: fixed by the exercise, else `hardware` (this machine's by
+        default)."""
+        return self.hardware or hardware or hardware_here()
+
+    def task(self, base: Recipe, hardware: str | None = None) -> str:
+        """The task as Markdown, its figures computed from `base`."""
+        return self.template.format(**self.figures(self.start(_recipe(base, "base")), self.hw(hardware)))
+
+    def check(self, answer: Recipe, base: Recipe, hardware: str | None = None) -> Verdict:
+        """Whether `answer` holds, decided by the estimator, with the figures it decided on."""
+        answer = answer if self.answer_kind == "gpus" else _recipe(answer, "answer")
+        return self.checker(answer, self.start(_recipe(base, "base")), self.hw(hardware))
+
+    @property
+    def answer_hint(self) -> str:
+        """What the learner writes after `answer = `."""
+        return "a number of GPUs" if self.answer_kind == "gpus" else f"{self.start_code}.with_(...)"
+
+    def solution(self, base: Recipe, hardware: str | None = None) -> Recipe:
+        """The worked solution for this base recipe."""
+        return self.solver(self.start(_recipe(base, "base")), self.hw(hardware))
+
+    def code(self, base: Recipe, hardware: str | None = None) -> str:
+        """The worked solution as the line a learner writes: answer = base.with_(...)."""
+        start, answer = self.start(base), self.solution(base, hardware)
+        if self.answer_kind == "gpus":
+            return f"answer = {answer}"
+        args = [f"{f.name}={getattr(answer, f.name)!r}" for f in dataclasses.fields(Recipe)
+                if f.name != "label" and getattr(answer, f.name) != getattr(start, f.name)]
+        line = f"answer = {self.start_code}.with_({', '.join(args)})" if args else f"answer = {self.start_code}"
+        if len(line) <= 100:
+            return line
+        return f"answer = {self.start_code}.with_(\n" + "".join(f"    {a},\n" for a in args) + ")"
+
+
+def _recipe(value, what: str) -> Recipe:
+    """`value` when it is a Recipe, else an ExerciseError that says what to pass."""
+    if not isinstance(value, Recipe):
+        raise ExerciseError(f"{what} must be a Recipe, such as base.with_(gradient_checkpointing=True); got "
+                            f"{type(value).__name__} {value!r:.60}.")
+    return value
+
+NOTEBOOKS = ("00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation", "03_efficient_optimizers", "04_mixed_precision", "05_qlora_4bit", "06_sequence_length_and_batch", "07_complete_recipe", "08_beyond_the_recipe", "09_more_than_one_gpu")  # the chapter, in order
+
+
+@functools.cache
+def _registry() -> dict[str, Exercise]:
+    """Every notebook's exercise, from its room: course_utils/chapter/<slug>.py's EXERCISE."""
+    return {nb: importlib.import_module(f"course_utils.chapter.{nb[3:]}").EXERCISE for nb in NOTEBOOKS}
+
+
+def __getattr__(name: str):
+    if name == "EXERCISES":  # {notebook: Exercise}, read from the rooms on first use
+        return _registry()
+    raise AttributeError(name)
+
+
+# --- the notebook's calls ---------------------------------------------------------------------------------
+def exercise(notebook: str) -> Exercise:
+    """The exercise of a notebook, by its name ("01_gradient_checkpointing")."""
+    try:
+        return _registry()[notebook]
+    except KeyError:
+        raise ExerciseError(f"No exercise for {notebook!r}; the notebooks with one: {', '.join(NOTEBOOKS)}.") from None
+
+
+def show_exercise(notebook: str, base: Recipe, hardware: str | None = None) -> Shown:
+    """The task, as Markdown in Jupyter and wrapped text elsewhere."""
+    ex = exercise(notebook)
+    task, where = ex.task(base, hardware), HARDWARE_WORDS.get(ex.hw(hardware), ex.hw(hardware))
+    foot = (f"Write your answer in the next cell (`answer = {ex.answer_hint}`) and run the check; it "
+            f"estimates for {where}.")
+    return Shown(text=wrap(f"Try it: {ex.title}\n{task}\n{foot}".replace("**", "")),
+                 markdown=f"**Try it: {ex.title}**\n\n{task}\n\n{foot}")
+
+
+def show_solution(notebook: str, base: Recipe, hardware: str | None = None) -> Shown:
+    """The worked solution's code, folded away in Jupyter (click to open), as text elsewhere."""
+    ex = exercise(notebook)
+    code, how = ex.code(base, hardware), f"How it was found: {ex.how}."
+    return Shown(text=wrap(f"Worked solution:\n{code}\n{how}"),
+                 html=f"<details><summary>Worked solution (click to open)</summary><pre>{html.escape(code)}</pre>"
+                      f"<p>{html.escape(how)}</p></details>")
+
+
+def check_exercise(notebook: str, answer: Recipe | None, base: Recipe, hardware: str | None = None) -> Verdict:
+    """Check the learner's answer; with `answer is None`, check the worked solution instead (and say so), raising
+    ExerciseError if the worked solution fails its own check."""
+    ex = exercise(notebook)
+    if answer is not None:
+        return ex.check(answer, base, hardware)
+    verdict = ex.check(ex.solution(base, hardware), base, hardware)
+    if not verdict:
+        raise ExerciseError(f"The worked solution of {notebook} fails its own check here ({verdict.title}); "
+                            "please report it, with this notebook's first cells' output.")
+    return dataclasses.replace(verdict, note="No answer yet: here is the worked solution, checked.\n"
+                                             + ex.code(base, hardware))

@@ -1,0 +1,121 @@
+"""Notebook 01 (notebooks/01_gradient_checkpointing.ipynb, quizzes/01_gradient_checkpointing.yaml): Gradient checkpointing.
+
+Its room in the package: what the notebook's cells import, what its exercise checks, and what other rooms or the README quote from it. The code the notebook teaches is in the notebook itself.
+"""
+
+from __future__ import annotations
+
+
+from course_utils.build import lora_config
+from course_utils.chapter.every_notebook import load_for_inspection, needs_4bit_here, releases_memory
+from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _only, _positions, _refuse, _saving
+from course_utils.chapter.gradient_accumulation import set_seed_all
+from course_utils.common import GiB, MiB
+from course_utils.recipe import Recipe
+from course_utils.results import Measurement
+from course_utils.show.report import _joined, not_measured
+from course_utils.show.tables import wrap
+
+def _fig_01(start: Recipe, hw: str) -> dict:
+    on, off, share = _saving(start, hw)
+    a, b = _mib(off.peak_bytes), _mib(on.peak_bytes)
+    saved = float(a.replace(",", "")) - float(b.replace(",", ""))
+    return {"off": a, "on": b, "saved": f"{saved:,.1f}", "share": f"{share:.0%}",
+            "positions": f"{_positions(start.model):,}"}
+
+
+def _check_01(answer: Recipe, start: Recipe, hw: str) -> Verdict:
+    refused = _first(_only(answer, start, {"gradient_checkpointing", "micro_batch", "max_seq_length", "grad_accum"}),
+                     _refuse(not answer.gradient_checkpointing, "gradient_checkpointing is off: the answer is the "
+                             "recipe with it on (the check estimates it with and without)"))
+    if refused is not None:
+        return refused
+    if answer.max_seq_length > _positions(answer.model):
+        return Verdict(False, f"max_seq_length={answer.max_seq_length} is longer than the model's "
+                              f"{_positions(answer.model):,} positions")
+    on, off, share = _saving(answer, hw)
+    c_on, c_off = on.by_category, off.by_category
+    holds = share > 0.5
+    return Verdict(holds, f"checkpointing saves {share:.1%} of the estimated peak"
+                   + ("" if holds else ", not more than half"),
+                   (f"without checkpointing {_mib(off.peak_bytes)} MiB (activations {_mib(c_off['activations'])}, "
+                    f"temporaries {_mib(c_off['temporaries'])})",
+                    f"with it {_mib(on.peak_bytes)} MiB (activations {_mib(c_on['activations'])}, temporaries "
+                    f"{_mib(c_on['temporaries'])}), at {answer.micro_batch} x {answer.max_seq_length} tokens per "
+                    "micro-batch"))
+
+
+def _solve_01(start: Recipe, hw: str) -> Recipe:
+    r = start.with_(gradient_checkpointing=True)
+    while _saving(r, hw)[2] <= 0.5 and r.micro_batch < 4096:
+        r = r.with_(micro_batch=2 * r.micro_batch)
+    return r
+_T01 = ("At the base recipe checkpointing takes the estimated peak from {off} to {on} MiB: {off} - {on} = {saved} "
+        "MiB, {share} of it, because activations are only part of the peak. Change the tokens of a micro-batch "
+        "(`micro_batch`, `max_seq_length`: this model has {positions} positions) so that checkpointing saves "
+        "**more than half** of the estimated peak. Your answer is the recipe with `gradient_checkpointing=True`; "
+        "the check estimates it with and without.")
+
+
+@releases_memory
+def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
+                                   seq: int = 64) -> tuple[int, int, str]:
+    """Notebook 01: one forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
+    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
+    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
+    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
+    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
+    import warnings
+
+    import torch
+    from peft import get_peft_model
+
+
+    recipe = Recipe(model=model, gradient_checkpointing=True)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
+    set_seed_all(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    inner = peft_model.get_base_model()
+    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
+        inner.disable_input_require_grads()
+    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
+    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
+        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
+        try:
+            loss.backward()
+            error = ""
+        except RuntimeError as exc:  # what a learner's Trainer shows
+            error = f"RuntimeError: {str(exc).splitlines()[0]}"
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
+    return with_grad, len(lora), error
+
+
+def closing_01(baseline: Measurement, checkpointed: Measurement, reference, model: str) -> str:
+    """Notebook 01: what gradient checkpointing did to the activations, the peak and the speed, here and
+    on the reference GPU."""
+    ref_before, ref_after = reference
+    skip = not_measured(baseline, checkpointed)  # on a T4, an 8B model's fp32 rungs do not fit
+    if not skip:
+        saved = 1 - checkpointed.peak_by_category["activations"] / baseline.peak_by_category["activations"]
+        skip = wrap(
+            f"On {baseline.env['device']} with model '{model}', gradient checkpointing cut the activations at the "
+            f"peak from {baseline.mib('activations'):.1f} to {checkpointed.mib('activations'):.1f} MiB ({saved:.0%} "
+            f"less) and the peak from {baseline.mib('peak'):.1f} to {checkpointed.mib('peak'):.1f} MiB "
+            f"({checkpointed.peak_bytes / baseline.peak_bytes - 1:+.0%}); speed went "
+            f"{checkpointed.tokens_per_s / baseline.tokens_per_s - 1:+.0%}.")
+    return _joined(skip, f"On the reference GPU run (Llama-3.1-8B, LoRA bf16): activations "
+                   f"{ref_before.mib('activations'):,.0f} -> {ref_after.mib('activations'):,.0f} MiB, peak "
+                   f"{ref_before.peak_gib:.1f} -> {ref_after.peak_gib:.1f} GiB "
+                   f"({ref_after.peak_gib / ref_before.peak_gib - 1:+.0%}), speed "
+                   f"{ref_after.tokens_per_s / ref_before.tokens_per_s - 1:+.0%}: a bigger speed cost than the "
+                   "chapter's ~20%.")
+
+
+# The notebook's exercise (course_utils.chapter.exercises shows and checks it)
+EXERCISE = Exercise("01_gradient_checkpointing", "when checkpointing saves most", _T01, _fig_01, _check_01, _solve_01,
+             "checkpointing on, then the micro-batch doubled until the saving passes half: past the loss's "
+             "token tile its temporaries stop growing, the activations do not")

@@ -1,0 +1,1 @@
+"""The quiz: the widget, its question banks, grading and its static copy."""

@@ -1,0 +1,333 @@
+"""Budget planner: which of the chapter's recipes fit a memory budget, and which of those trains fastest.
+
+    plan("llama-3.1-8b", "16GiB").format()
+
+Candidates: 4-bit or not, LoRA (r=16 on q/k/v/o) or a full fine-tune, checkpointing on or off,
+micro-batch 1 to 16 with accumulation keeping the effective batch at 16, and the chapter's three
+optimizers. A recipe fits when the estimator's peak, with a stated margin, is within the budget.
+Speed is the measured tokens/s of a shipped reference run of exactly that recipe where one
+exists; otherwise a stated model built on those runs (see "speed" below). Every row says which.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import statistics
+from dataclasses import dataclass
+
+from course_utils.common import GiB
+from course_utils.estimate import Estimate, estimate, model_shapes, same_setup
+from course_utils.recipe import DEFAULT_TARGETS, Recipe
+from course_utils.results import all_reference_results, reference_results
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+EFFECTIVE_BATCH = 16
+OPTIMIZERS = ("adamw_torch", "adamw_8bit", "paged_adamw_8bit")
+# Fits when estimate x MARGIN_FACTOR + MARGIN_GIB <= budget. The factor covers the CUDA caching
+# allocator's reserve above the peak (reserved/estimate is 1.01-1.16 in the 18 reference runs; see
+# margin_calibration(), which checks the rule covers every one); of the GiB, 0.25 covers cuBLAS
+# workspaces and allocator rounding, and CUDA_CONTEXT_GIB the CUDA context, which no counter sees.
+MARGIN_FACTOR = 1.15
+MARGIN_GIB = 0.75
+SPEED_MODEL = "llama-3.1-8b"  # models without reference runs are scaled from this one's
+
+
+class BudgetError(ValueError):
+    """A budget string that cannot be read; the message names it and shows the accepted forms."""
+
+
+MAX_SPEED_SCALE = 25.0  # the parameter-ratio speed model is used only within 25x of SPEED_MODEL's size
+MAX_BUDGET = 2**50  # 1 PiB: past any machine (and past it, float bytes lose their meaning)
+_UNITS = {"gib": GiB, "gb": 10**9, "mib": 2**20, "mb": 10**6}
+
+
+def parse_budget(text: str) -> int:
+    """'16GiB', '16GB', '14.7GiB', '8 gib' -> bytes (GiB = 2^30, GB = 10^9)."""
+    match = re.fullmatch(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z]+)\s*", str(text))
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise BudgetError(f"Cannot read the budget {text!r}: write a number and a unit, e.g. 16GiB, 16GB, 14.7GiB "
+                          f"or 8000MiB (GiB = 2^30 bytes, GB = 10^9 bytes).")
+    value = float(match.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise BudgetError(f"The budget {text!r} is not a positive amount of memory: give one such as 14.7GiB "
+                          "(a free Colab T4) or 24GiB.")
+    if value > MAX_BUDGET:
+        raise BudgetError(f"The budget {text!r} is more than {MAX_BUDGET / 2**50:.0f} PiB, more memory than any machine "
+                          "the planner models; give a card's memory, e.g. 80GiB.")
+    nbytes = int(value)
+    return nbytes
+
+
+def needed_bytes(e: Estimate) -> int:
+    """Memory a recipe needs by the planner's rule: estimate x MARGIN_FACTOR + MARGIN_GIB."""
+    return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
+
+
+# Beyond the chapter (notebook 08): for 4-bit recipes in bf16, no fp32 upcast, then embeddings on CPU
+# and Liger kernels. Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
+# and none of these was measured on a T4.
+TUNINGS = ({}, {"prepare_kbit": False}, {"prepare_kbit": False, "offload_embeddings": True},
+           {"prepare_kbit": False, "liger_kernels": True},
+           {"prepare_kbit": False, "offload_embeddings": True, "liger_kernels": True})
+TUNING_KNOBS = ("prepare_kbit", "offload_embeddings", "liger_kernels")
+
+
+def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned: bool = True) -> list[Recipe]:
+    """The grid the planner searches: every combination of the chapter's techniques, and for 4-bit
+    recipes the changes of notebook 08 (tuned=False leaves those out)."""
+    out = []
+    for four_bit in (True, False):
+        for lora_r in ((16,) if four_bit else (16, None)):
+            for ckpt in (True, False):
+                for mb in MICRO_BATCHES:
+                    for opt in OPTIMIZERS:
+                        base = Recipe(model=model, load_in_4bit=four_bit, lora_r=lora_r,
+                                      lora_targets=DEFAULT_TARGETS, precision=precision,
+                                      gradient_checkpointing=ckpt, micro_batch=mb, grad_accum=EFFECTIVE_BATCH // mb,
+                                      optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1)
+                        out.append(base)
+                        if four_bit and tuned and precision == "bf16":
+                            out += [base.with_(**t) for t in TUNINGS[1:]]
+    return out
+
+
+def is_tuned(r: Recipe) -> bool:
+    """True when a recipe uses a change beyond the chapter's techniques."""
+    return (r.load_in_4bit and not r.prepare_kbit) or r.offload_embeddings or r.liger_kernels \
+        or r.torch_compile or r.offload_activations
+
+
+def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
+    """Tokens/s factor of a recipe's beyond-the-chapter changes over the same recipe without them: for each
+    change, the ratio of two measured runs that differ only in it (any optimizer), at the nearest measured
+    micro-batch."""
+    runs = [(m.recipe_obj, m.tokens_per_s) for m in refs if m.recipe["model"] == recipe.model]
+    factor, parts = 1.0, []
+    current = recipe
+    for knob in reversed(TUNING_KNOBS):
+        default = knob == "prepare_kbit"
+        if getattr(current, knob) == default:
+            continue
+        before = current.with_(**{knob: default})
+        pairs = []
+        for r2, t2 in runs:
+            if getattr(r2, knob) == default or not _same_apart_from_batching(r2.with_(**{knob: default}), before):
+                continue
+            for r1, t1 in runs:
+                if r1.micro_batch == r2.micro_batch and getattr(r1, knob) == default and \
+                        same_setup(r1, r2, ignore=(knob,)):
+                    pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), t2 / t1, r1.micro_batch))
+        if pairs:
+            _, ratio, mb = min(pairs)
+            factor *= ratio
+            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {mb})")
+        else:
+            parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
+        current = before
+    return factor, parts
+
+
+def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
+    """Same setup once micro-batch, accumulation and optimizer are set aside."""
+    return same_setup(a, b, ignore=("micro_batch", "grad_accum", "optimizer"))
+
+
+_TUNING_SHORT = {"prepare_kbit": "no fp32 upcast", "offload_embeddings": "embeddings on CPU",
+                 "liger_kernels": "Liger"}
+
+
+# ---------------------------------------------------------------------------------------------
+# speed: measured where known, else a stated model built on the measurements
+# ---------------------------------------------------------------------------------------------
+# The model: a recipe's family is its (4-bit, full FT, checkpointing) choice. Within a family,
+# tokens/s follows the measured micro-batch points (median over optimizers: they differ by less
+# than the run-to-run noise), on straight lines in log-log between them; outside them, it follows
+# the shape of the best-measured family. A family without runs borrows the nearest measured one
+# and multiplies by each differing technique's factor, the median ratio over reference pairs that
+# differ only in that technique. Models without runs are scaled from SPEED_MODEL by parameter count.
+FAMILY_KNOBS = ("load_in_4bit", "full_ft", "gradient_checkpointing")
+
+
+@dataclass(frozen=True)
+class Speed:
+    """Tokens per second and where the number comes from."""
+
+    tokens_per_s: float | None  # None: no reference run comes close enough to this model to model it
+    basis: str
+    measured: bool
+
+
+def family(r: Recipe) -> tuple[bool, bool, bool]:
+    """(4-bit, full fine-tune, checkpointing): the choices that set a recipe's speed family."""
+    return (r.load_in_4bit, not r.uses_lora, r.gradient_checkpointing)
+
+
+def family_name(key: tuple[bool, bool, bool]) -> str:
+    """'QLoRA, ckpt' and the like."""
+    four_bit, full_ft, ckpt = key
+    return ("QLoRA" if four_bit else "full FT" if full_ft else "LoRA") + (", ckpt" if ckpt else ", no ckpt")
+
+
+def family_curves(refs: list) -> dict[tuple, dict[int, float]]:
+    """Measured tokens/s by micro-batch, per family (median over optimizers at each micro-batch)."""
+    points: dict[tuple, dict[int, list[float]]] = {}
+    for m in refs:
+        r = m.recipe_obj
+        points.setdefault(family(r), {}).setdefault(r.micro_batch, []).append(m.tokens_per_s)
+    return {k: {mb: statistics.median(v) for mb, v in by_mb.items()} for k, by_mb in points.items()}
+
+
+def interpolate(curve: dict[int, float], mb: int) -> float:
+    """The curve at micro-batch mb: straight lines between measured points in log-log, flat beyond them."""
+    xs = sorted(curve)
+    lo = max([x for x in xs if x <= mb], default=xs[0])
+    hi = min([x for x in xs if x >= mb], default=xs[-1])
+    if lo == hi:
+        return curve[lo]
+    t = (math.log(mb) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    return math.exp(math.log(curve[lo]) + t * (math.log(curve[hi]) - math.log(curve[lo])))
+
+
+def curve_at(curve: dict[int, float], mb: int, shape: dict[int, float]) -> float:
+    """A family's tokens/s at mb: its own points where they bracket mb, else `shape` from its nearest point."""
+    if min(curve) <= mb <= max(curve):
+        return interpolate(curve, mb)
+    near = min(curve, key=lambda x: abs(math.log(x / mb)))
+    return curve[near] * interpolate(shape, mb) / interpolate(shape, near)
+
+
+def pair_factor(refs: list, knob: int, before: bool, after: bool) -> float | None:
+    """Median tokens/s ratio over reference pairs that differ only in family knob `knob` (before -> after)."""
+    ratios = []
+    for m1 in refs:
+        for m2 in refs:
+            r1, r2 = m1.recipe_obj, m2.recipe_obj
+            f1, f2 = family(r1), family(r2)
+            same_rest = all(f1[k] == f2[k] for k in range(3) if k != knob)
+            same_run = (r1.micro_batch, r1.optimizer) == (r2.micro_batch, r2.optimizer)
+            if (f1[knob], f2[knob]) == (before, after) and same_rest and same_run:
+                ratios.append(m2.tokens_per_s / m1.tokens_per_s)
+    return statistics.median(ratios) if ratios else None
+
+
+def speed_of(recipe: Recipe, references: list) -> Speed:
+    """Measured tokens/s of this exact recipe if a reference run has it, else the stated model's."""
+    usable = [m for m in references if m.fits and m.tokens_per_s]
+    exact = next((m for m in usable if same_setup(m.recipe_obj, recipe)), None)
+    if exact is not None:
+        return Speed(exact.tokens_per_s, f"measured ({exact.label})", True)
+    twin = next((m for m in usable if same_setup(m.recipe_obj, recipe, ignore=("optimizer",))), None)
+    if twin is not None:  # the optimizers' speeds differ by less than the run-to-run noise (see the model below)
+        return Speed(twin.tokens_per_s, f"measured with {twin.recipe['optimizer']} ({twin.label})", False)
+    if is_tuned(recipe):  # the same recipe without the changes, times their measured factors
+        factor, parts = tuning_factor(recipe, usable)
+        plain = recipe.with_(**{k: k == "prepare_kbit" for k in TUNING_KNOBS})
+        base = speed_of(plain, [m for m in usable if not is_tuned(m.recipe_obj)])
+        if base.tokens_per_s is None:
+            return base
+        return Speed(base.tokens_per_s * factor, f"{base.basis} without the changes; " + "; ".join(parts), False)
+    usable = [m for m in usable if not is_tuned(m.recipe_obj)]
+    pool = [m for m in usable if m.recipe["model"] == recipe.model and m.recipe["precision"] == "bf16"]
+    scale, via = 1.0, ""
+    if not pool:
+        pool = _speed_model_refs()
+        scale = model_shapes(SPEED_MODEL).total_params / model_shapes(recipe.model).total_params
+        if not 1 / MAX_SPEED_SCALE <= scale <= MAX_SPEED_SCALE:  # a 4 M-parameter model is not 2,000x faster
+            size = f"{scale:,.0f}x smaller" if scale > 1 else f"{1 / scale:,.0f}x bigger"
+            return Speed(None, f"not modelled: {size} than {SPEED_MODEL} (scaled within {MAX_SPEED_SCALE:.0f}x)",
+                         False)
+        via = f"; x {scale:.2f}: parameters of {SPEED_MODEL} / {recipe.model}"
+    seqs = {m.recipe["max_seq_length"] for m in pool}
+    if recipe.max_seq_length not in seqs:
+        via += f"; measured at sequence {'/'.join(map(str, sorted(seqs)))}"
+    curves = family_curves(pool)
+    shape = max(curves.values(), key=len)
+    target = family(recipe)
+    source = min(curves, key=lambda k: (sum(a != b for a, b in zip(k, target)), -len(curves[k])))
+    value = curve_at(curves[source], recipe.micro_batch, shape)
+    steps = []
+    for knob in range(3):
+        if source[knob] != target[knob]:
+            f = pair_factor(pool, knob, source[knob], target[knob]) or \
+                pair_factor(_speed_model_refs(), knob, source[knob], target[knob]) or 1.0
+            value *= f
+            steps.append(f"{'+' if target[knob] else 'no '}{_SHORT[knob]} x{f:.2f}")
+    measured_mbs = "/".join(str(mb) for mb in sorted(curves[source]))
+    basis = f"model: {family_name(source)} runs at micro-batch {measured_mbs}" + "".join(f", {s}" for s in steps) + via
+    return Speed(value * scale, basis, False)
+
+
+_SHORT = {0: "4-bit", 1: "full FT", 2: "ckpt"}
+
+
+@functools.lru_cache(maxsize=1)
+def _speed_model_refs() -> list:
+    """The bf16 reference runs of SPEED_MODEL (for a factor another model's runs cannot give)."""
+
+    return [m for m in reference_results() if m.fits and m.tokens_per_s and m.recipe["model"] == SPEED_MODEL
+            and m.recipe["precision"] == "bf16" and not is_tuned(m.recipe_obj)]
+
+
+# ---------------------------------------------------------------------------------------------
+# the plan
+# ---------------------------------------------------------------------------------------------
+def short_name(r: Recipe) -> str:
+    """The recipe's description without the sequence length (the plan fixes it)."""
+    return r.describe().replace(f", seq {r.max_seq_length}", "")
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One candidate: its estimate, the memory it needs with the margin, whether it fits, its speed."""
+
+    recipe: Recipe
+    estimate: Estimate
+    needed: int
+    fits: bool
+    speed: Speed
+    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (plan_multi.py)
+    gpus: int = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# the margin, checked against the reference runs
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MarginCheck:
+    """One reference run: what the CUDA allocator reserved against what the planner's rule reserves for it."""
+
+    label: str
+    model: str
+    estimated: int
+    allocated: int
+    reserved: int
+    needed: int
+
+    @property
+    def covered(self) -> bool:
+        """True when the rule (without its CUDA-context share) covers what was reserved."""
+        return self.reserved <= self.needed - CUDA_CONTEXT_GIB * GiB
+
+
+CUDA_CONTEXT_GIB = 0.5  # the part of MARGIN_GIB for the CUDA context, which max_memory_reserved does not count
+
+
+def fits_on_card(reserved_bytes: int, budget_bytes: int) -> bool:
+    """Whether a measured run fits a card of `budget_bytes`: what CUDA reserved, plus the CUDA context."""
+    return reserved_bytes + CUDA_CONTEXT_GIB * GiB <= budget_bytes
+
+
+def margin_calibration(references: list | None = None) -> list[MarginCheck]:
+    """For each reference run with CUDA counters: estimate, allocated, reserved, and what the rule sets aside."""
+
+    refs = all_reference_results() if references is None else references
+    out = []
+    for m in refs:
+        if m.fits and m.cuda_max_reserved:
+            e = estimate(m.recipe_obj, hardware="gpu")
+            out.append(MarginCheck(m.label, m.recipe["model"], e.peak_bytes, m.cuda_max_allocated or 0,
+                                   m.cuda_max_reserved, needed_bytes(e)))
+    return out

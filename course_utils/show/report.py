@@ -1,0 +1,99 @@
+"""Measurements as a learner reads them: the results table of a ladder, what one technique changed
+(`describe_change`), and which of a notebook's figures were not measured here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from course_utils.common import CATEGORIES, GiB, MiB
+from course_utils.results import Measurement
+from course_utils.show.tables import Column, Flagged, Note, Table, wrap
+
+def _joined(*paragraphs: str) -> str:
+    """The paragraphs, each wrapped at 100 characters, one under the other."""
+    return "\n".join(wrap(p) for p in paragraphs)
+
+
+def summary_row(m: Measurement) -> dict[str, Any]:
+    """The table row of a measurement: MiB per category, tokens/s, final loss."""
+    row: dict[str, Any] = {"recipe": m.label}
+    if not m.fits:
+        row["status"] = "does not fit"
+    for cat in CATEGORIES[:5]:  # every category but 'other'
+        row[cat] = m.mib(cat)
+    row["peak"] = m.mib("peak")
+    row["tokens/s"] = m.tokens_per_s
+    row["final loss"] = m.final_loss
+    return row
+
+
+_CATEGORY_COLUMNS = (("parameters", "params"), ("gradients", "grads"), ("optimizer", "optim"),
+                     ("activations", "activ"), ("temporaries", "temps"), ("peak", "peak"))
+NOISY_MARK = "~"
+
+
+def results_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> Table:
+    """The measurements as a Table (course_utils.tables): recipe, memory per category at the peak, the peak,
+    CUDA's allocated and reserved peaks (when measured), tokens/s, final loss. In MiB, or in GiB when a figure
+    reaches 10,000 MiB. `skipped` maps a row position to a reason; such rows, and runs that did not fit, give
+    the reason instead of numbers. A tokens/s from a noisy run (Measurement.noisy) is marked."""
+    cuda = any(m.cuda_max_allocated for m in measurements)
+    biggest = max([m.peak_bytes for m in measurements] + [m.cuda_max_reserved or 0 for m in measurements] + [0])
+    unit, scale, fmt = ("GiB", GiB, ".2f") if biggest >= 10_000 * MiB else ("MiB", MiB, ".1f")
+    columns = [Column("recipe", wrap=True)] + [Column(name, unit, fmt, short=short) for name, short in _CATEGORY_COLUMNS]
+    if cuda:
+        columns += [Column("CUDA allocated", unit, fmt, short="cuda\nalloc"),
+                    Column("CUDA reserved", unit, fmt, short="cuda\nrsrvd")]
+    columns += [Column("tokens/s", fmt=".0f"), Column("final loss", fmt=".3f", short="loss\n(final)")]
+    rows, noisy = [], False
+    for i, m in enumerate(measurements):
+        if skipped and i in skipped:
+            rows.append([m.label, Note(f"skipped: {skipped[i]}")])
+            continue
+        if not m.fits:
+            rows.append([m.label, Note(f"does not fit: {m.error}")])
+            continue
+        row = [m.label] + [m.peak_by_category.get(c, 0) / scale for c, _ in _CATEGORY_COLUMNS[:-1]]
+        row.append(m.peak_bytes / scale)
+        if cuda:
+            row += [(m.cuda_max_allocated or 0) / scale, (m.cuda_max_reserved or 0) / scale]
+        speed = m.tokens_per_s or None
+        if speed and getattr(m, "noisy", False):
+            speed, noisy = Flagged(speed, NOISY_MARK), True
+        rows.append(row + [speed, m.final_loss])
+    notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
+             "again (course run --force) before comparing it."] if noisy else []
+    return Table(columns, rows, notes=notes)
+
+
+def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:
+    """results_table as plain text (at most 100 characters a line): what `course run` and scripts print."""
+    return str(results_table(measurements, skipped))
+
+
+def not_measured(*measurements: Measurement) -> str | None:
+    """Why a comparison of these measurements cannot be made here: the first one that did not fit (its
+    label, device and reason), or None when every one of them ran."""
+    for m in measurements:
+        if not m.fits:
+            return wrap(f"{m.label} does not fit on {m.env.get('device', 'this device')} "
+                        f"({m.error or 'out of memory'}), so there is nothing to compare it with here.")
+    return None
+
+
+def describe_change(before: Measurement, after: Measurement) -> str:
+    """How the peak and speed moved from one rung to the next, and the category that moved most (one line,
+    wrapped at 100 characters)."""
+    if not (before.fits and after.fits):
+        return f"{after.label}: " + ("does not fit" if not after.fits else "previous rung did not fit")
+    cats = CATEGORIES
+    deltas = {c: (after.peak_by_category.get(c, 0) - before.peak_by_category.get(c, 0)) / MiB for c in cats}
+    biggest = max(deltas, key=lambda c: abs(deltas[c]))
+    peak = (after.peak_bytes - before.peak_bytes) / MiB
+    pct = 100 * peak / (before.peak_bytes / MiB) if before.peak_bytes else 0.0
+    speed = ""
+    if before.tokens_per_s and after.tokens_per_s:
+        speed = f", speed {100 * (after.tokens_per_s / before.tokens_per_s - 1):+.0f}%"
+    return wrap(f"{after.label}: peak {peak:+.1f} MiB ({pct:+.0f}%){speed}; "
+                f"largest change in {biggest} ({deltas[biggest]:+.1f} MiB)")

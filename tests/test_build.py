@@ -278,7 +278,7 @@ def _no_loading(monkeypatch):
     (Recipe(optimizer="paged_adamw_8bit"), "paged_adamw_8bit"),
 ])
 def test_bitsandbytes_unusable_is_a_hardware_error_with_advice(monkeypatch, recipe, what):
-    monkeypatch.setattr(build_mod, "bitsandbytes_status", lambda: (False, "simulated"))
+    monkeypatch.setattr(checks, "bitsandbytes_status", lambda: (False, "simulated"))
     _no_loading(monkeypatch)
     with pytest.raises(HardwareError) as exc:
         build(recipe)
@@ -290,7 +290,7 @@ def test_bitsandbytes_unusable_is_a_hardware_error_with_advice(monkeypatch, reci
 
 
 def test_plain_recipe_does_not_need_bitsandbytes(tiny_model, monkeypatch):
-    monkeypatch.setattr(build_mod, "bitsandbytes_status", lambda: (False, "simulated"))
+    monkeypatch.setattr(checks, "bitsandbytes_status", lambda: (False, "simulated"))
     assert checks.check_hardware(Recipe()) == "fp32"
 
 

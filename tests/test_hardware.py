@@ -189,7 +189,7 @@ def test_env_report_has_ok_lines_and_the_device():
 
 
 def test_env_report_fails_without_bitsandbytes(monkeypatch):
-    monkeypatch.setattr(hardware, "bitsandbytes_status", lambda: (False, "simulated failure"))
+    monkeypatch.setattr(cli, "bitsandbytes_status", lambda: (False, "simulated failure"))
     text, ok = cli.env_report()
     assert ok is False
     assert any(line.startswith("[FAIL]") and "simulated failure" in line for line in text.splitlines())

@@ -12,7 +12,7 @@ from typing import Any
 
 from course_utils.checks import check_hardware, check_positions
 from course_utils.machine import apply_profile, device_type, rank_info
-from course_utils.models import TINY, hub_error, is_preset, no_progress_bars, resolve_model
+from course_utils.models import hub_error, no_progress_bars, resolve_model, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError
 
 @dataclass
@@ -244,8 +244,7 @@ def training_dataset(recipe: Recipe):
     """
     from course_utils.data import load_instructions, to_text_dataset
 
-    offline_model = recipe.model == TINY or is_preset(recipe.model)
-    return to_text_dataset(load_instructions("dolly", source="shipped" if offline_model else "auto"))
+    return to_text_dataset(load_instructions("dolly", source="shipped" if uses_shipped_data(recipe.model) else "auto"))
 
 
 def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = None, dataset=None) -> Built:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from course_utils import machine
 from course_utils.machine import HardwareError, bitsandbytes_status, device_type, resolve_precision
-from course_utils.models import PRESETS, TINY, TINY_CONFIG, is_preset, load_config, shipped_token_count
+from course_utils.models import (PRESETS, TINY, TINY_CONFIG, is_preset, load_config, shipped_token_count,
+                                 uses_shipped_data)
 from course_utils.recipe import Recipe, RecipeError
 
 def check_hardware(recipe: Recipe) -> str:
@@ -110,12 +111,6 @@ def check_positions(model: str, seq: int, positions: int | None = None) -> None:
         raise RecipeError(
             f"max_seq_length={seq} is longer than {model!r} can take: its position table has {positions:,} "
             f"positions (max_position_embeddings). Use max_seq_length <= {positions:,}.")
-
-
-def uses_shipped_data(model: str) -> bool:
-    """The embedded default and the presets train on the shipped data with the tiny model's tokenizer."""
-
-    return model == TINY or is_preset(model)
 
 
 def check_data(recipe: Recipe) -> None:

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils import machine
-from course_utils.checks import check_runnable, uses_shipped_data
+from course_utils.checks import check_runnable
 from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_PREFIXES, _command, _does_not_fit,
                                 run_here, temp_folder)
 from course_utils.machine import HardwareError, resolve_precision
-from course_utils.models import ModelUnavailableError
+from course_utils.models import ModelUnavailableError, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError, ladder
 from course_utils.results import Measurement, ResultStore, default_store, environment
 from course_utils.show.report import results_table
@@ -43,6 +43,7 @@ def measure(
     progress: bool = True,
     timeout_s: float | None = None,
     isolate: bool | None = True,
+    checked: bool = False,
 ) -> Measurement:
     """Measure one recipe in a fresh process, or return the stored result of an identical run.
 
@@ -51,8 +52,8 @@ def measure(
     isolate=False trains in this process instead (no 7 s start-up): the tensor-level figures are
     the same, but on CUDA the allocator's own peaks would include what this process already holds,
     so it is only taken on a CPU. isolate=None: a fresh process on a GPU, this process on a CPU.
+    checked=True: the caller (measure_all) already ran checks.check_runnable on this recipe.
     """
-
     store = store or default_store()
     env = environment()
     if not force and budget_gib is None:
@@ -60,7 +61,8 @@ def measure(
         if found is not None and not found.noisy:  # a speed from a busy machine is measured again
             found.cached = True
             return _as_asked(found, recipe)
-    check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
+    if not checked:
+        check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
     if budget_gib is None:
         store.check_writable()  # and a result that could not be stored is not measured
     if isolate or env.device_type != "cpu":
@@ -266,7 +268,7 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
             results.append(Outcome(recipe, None, skip.get(i, stopped)))
         else:
             results.append(_measure_one(recipe, keep_going, store=store, force=force, progress=progress,
-                                        isolate=isolate, timeout_s=timeout_s))
+                                        isolate=isolate, timeout_s=timeout_s, checked=True))
             stopped = (stop_when(results[-1]) if stop_when is not None else None) or ""
         if after_each is not None:
             after_each(results)

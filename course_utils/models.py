@@ -274,6 +274,12 @@ def is_preset(model: str) -> bool:
     return model.lower() in PRESETS
 
 
+def uses_shipped_data(model: str) -> bool:
+    """The embedded default and the presets train on the shipped data with the tiny model's tokenizer (checks,
+    the measuring child's environment and build.training_dataset ask this one rule)."""
+    return model == TINY or is_preset(model)
+
+
 def resolve_model(model: str) -> str:
     """Turn a recipe's model into something `from_pretrained` can load: a local folder or a hub id.
 

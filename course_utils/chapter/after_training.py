@@ -28,10 +28,10 @@ from pathlib import Path
 
 from course_utils import machine
 from course_utils.build import build
-from course_utils.checks import check_hardware, uses_shipped_data
+from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB
 from course_utils.machine import HardwareError, release_memory
-from course_utils.models import ModelUnavailableError, no_progress_bars
+from course_utils.models import ModelUnavailableError, no_progress_bars, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError
 from course_utils.show.tables import WIDTH, wrap
 

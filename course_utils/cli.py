@@ -252,7 +252,7 @@ def _add_estimate_and_plan(sub) -> None:
     """The `estimate` and `plan` subcommands."""
     hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
                     help="gpu: a bf16 GPU of compute capability 8.0+ (A100, L4, H100, H200; default); "
-                         "t4: Colab's free T4 (fp16, no FlashAttention-2, 14.7 GiB); cpu")
+                         "t4: Colab's free T4 (fp16, no FlashAttention-2, 14.75 GiB); cpu")
     est = sub.add_parser("estimate",
                          help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
     est.add_argument("--model", default=None,

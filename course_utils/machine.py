@@ -200,7 +200,8 @@ class Hardware:
 HARDWARE = {
     "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
                     "cuda", "bf16", True, short="a bf16 GPU", compute_capability=(9, 0)),  # the reference H200's
-    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False, 14.7,
+    "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False,
+                   PROFILES["t4"].card_bytes / GiB,  # one size of the T4 in the whole course (was 14.7)
                    short="a T4 (fp16)", compute_capability=(7, 5)),
     "cpu": Hardware("CPU", "cpu", "fp32", False, short="a CPU"),
 }

@@ -64,6 +64,10 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
 NOISY_SPREAD = 0.5  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
 NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
+# Speeds of one run each move this much between runs of one recipe on one machine (CPU: identical recipes in the
+# committed notebooks differ by 15-26%; H200: a host-bound 1 x 16 step moved 1.04-1.13x from one process to the
+# next, notebook 08), so describe_change calls a smaller speed change no effect (nor one within the runs' own spread).
+SPEED_SPREAD = 0.30
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
 STRATEGIES = ("", "ddp", "fsdp", "fsdp_offload")  # how a run used several processes (distributed.py); "" for one
 
@@ -419,3 +423,11 @@ def reference_results(name: str | None = None) -> list[Measurement]:
 def all_reference_results() -> list[Measurement]:
     """The chapter's reference runs and those of notebook 08 (reference/beyond/), together."""
     return reference_results() + shipped_results("beyond")
+
+
+def speed_words(before: Measurement, after: Measurement) -> str:
+    """'speed -22%', or, when the change is within what one run each can tell apart (SPEED_SPREAD, or the runs' own
+    timed steps' spread when larger), 'speed within run-to-run spread (±30%)': no effect claimed."""
+    change = after.tokens_per_s / before.tokens_per_s - 1
+    spread = max([SPEED_SPREAD] + [m.timing["spread"] for m in (before, after) if m.timing.get("spread")])
+    return f"speed {100 * change:+.0f}%" if abs(change) > spread else f"speed within run-to-run spread (±{100 * spread:.0f}%)"

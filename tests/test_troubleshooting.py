@@ -28,6 +28,7 @@ KEY_WORDS = {
     "hub": "did not answer within",
     "gpu-preset": "is a GPU preset and there is no CUDA GPU here",
     "bf16": "precision='bf16' was requested, but this GPU (Tesla T4, compute capability 7.5) has no native bf16",
+    "fp16-bf16-adapters": "\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'",
     "bitsandbytes": "Paged optimizers are not supported on CPU",
     "oom": "CUDA out of memory. Tried to allocate",
     "reentrant": "RuntimeError: element 0 of tensors does not require grad and does not have a grad_fn",

@@ -318,7 +318,8 @@ def _check_08(answer: Recipe, start: Recipe, hw: str) -> Verdict:
     holds = e.cuda_allocated_bytes <= budget
     return Verdict(holds, f"the estimate allocates {'at most' if holds else 'more than'} the chapter's {written}", (
         f"estimated peak {_gib(e.peak_bytes)} GiB + CUDA libraries' {_gib(e.cuda_extra.nbytes)} GiB = "
-        f"{_gib(e.cuda_allocated_bytes)} GiB allocated, against {written} = {_gib(budget)} GiB",
+        f"{_gib(e.cuda_allocated_bytes)} GiB allocated, against {written} read strictly (a billion bytes a GB) = "
+        f"{_gib(budget)} GiB",
         f"a card holds more than the allocated peak (the allocator's reserve, the CUDA context): by the planner's "
         f"rule this recipe needs {_gib(needed_bytes(e))} GiB"))
 
@@ -333,7 +334,8 @@ def _solve_08(start: Recipe, hw: str) -> Recipe:
     return r
 _T08 = ("The chapter says \"{claim}\". Its own recipe on Llama-3.1-8B (`source_chapter_recipe(\"llama-3.1-8b\")`) "
         "is estimated to allocate {alloc} GiB at its peak on a bf16 GPU (what `torch.cuda.max_memory_allocated()` "
-        "reads), against {gb} GB = {budget} GiB. With this notebook's changes (`prepare_kbit=False`, "
+        "reads), against {gb} GB read strictly, as {gb} billion bytes = {budget} GiB (a card labelled {gb} GB "
+        "offers a little more: GPU memory is labelled in binary units). With this notebook's changes (`prepare_kbit=False`, "
         "`offload_embeddings=True`, `liger_kernels=True`, `offload_activations=True`, another micro-batch at "
         "the same {n} sequences per step), make the estimate allocate **at most** that while training the same "
         "thing: the same model, 4-bit weights, LoRA, precision and sequence length.")

@@ -57,7 +57,7 @@ def _check_report(recipe: Recipe, hardware: str = "t4", budget_gib: float | None
         note = [f"(bf16 is not native on {hw.name}: checked with precision='auto', i.e. {hw.auto_precision})"]
     peak = estimate(recipe, hardware=hw).peak_gib
     lines = note + [f"{recipe.model}: {recipe.describe()} on {hw.name}",
-             f"estimated peak {peak:.2f} GiB" + (f" of {budget:.1f} GiB: {'fits' if peak <= budget else 'DOES NOT FIT'}"
+             f"estimated peak {peak:.2f} GiB" + (f" of {budget:.2f} GiB: {'fits' if peak <= budget else 'DOES NOT FIT'}"
                                                  if budget else "")]
     for item, follows, undo in CHECKLIST:
         if follows(recipe):

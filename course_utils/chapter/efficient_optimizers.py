@@ -6,6 +6,7 @@ Its room in the package: what the notebook's cells import, what its exercise che
 from __future__ import annotations
 
 
+from course_utils.chapter.every_notebook import _paged_all_linear
 from course_utils.chapter.exercises import Exercise, Verdict, _est, _first, _mib, _only, _still_lora
 from course_utils.chapter.facts import ref
 from course_utils.common import GiB, MiB
@@ -67,6 +68,7 @@ def paging(model: str = "llama-3.1-8b") -> str:
     lines = [f"bitsandbytes pages the optimizer state of tensors with at least {least:,} elements ({model}):",
              f"  LoRA r={recipe.lora_r} on q/k/v/o: {len(lora)} tensors of {min(lora):,} to {max(lora):,} elements: "
              f"{sum(n >= least for n in lora)} paged",
+             _paged_all_linear(recipe, s, least),
              f"  a full fine-tune: {len(paged_full)} of {len(full)} tensors paged, "
              f"{sum(paged_full) / sum(full):.4%} of the parameters"]
     unpaged, paged = ref("full FT bf16, ckpt, 1x16, adamw_8bit", model), ref("full FT bf16, ckpt, 1x16, paged 8-bit", model)

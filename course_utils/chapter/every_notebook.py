@@ -12,7 +12,7 @@ from string import Template
 from course_utils import build, machine
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB, __version__
-from course_utils.estimate import comparison_header, comparison_lines, estimate
+from course_utils.estimate import comparison_header, comparison_lines, estimate, lora_shapes
 from course_utils.machine import apply_profile, release_memory
 from course_utils.models import no_progress_bars, resolve_model
 from course_utils.recipe import Recipe, base_recipe_for
@@ -55,6 +55,16 @@ def needs_4bit_here(model: str) -> bool:
     print(wrap(f"({model} in fp32 needs about {needed / GiB:.1f} GiB, more than this card leaves this process "
                f"({machine.available_bytes() / GiB:.1f} GiB): this demonstration loads it in 4-bit NF4 instead.)"))
     return True
+
+
+def _paged_all_linear(recipe, s, least: int) -> str:
+    """paging()'s line for LoRA on every linear layer of a block (target_modules="all-linear", as the HF LLM
+    course and Unsloth's notebooks adapt): the MLP's wide side puts some adapters above the threshold."""
+
+    every = recipe.with_(lora_targets=tuple(name for name, _, _ in s.layer_linears))
+    lora = [n for _, i, o in lora_shapes(every, s) for n in (every.lora_r * i, every.lora_r * o)] * s.layers
+    return (f"  LoRA r={every.lora_r} on every linear layer (MLP too): {len(lora)} tensors of {min(lora):,} to "
+            f"{max(lora):,} elements: {sum(n >= least for n in lora)} paged")
 
 
 def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = True, precision: str = "fp32"):
@@ -159,7 +169,7 @@ def base_recipe(model: str) -> Recipe:
 
     On a CPU: micro-batch 4 x 256 tokens, 6 steps (2 warm-up, 1 tracked, 3 timed), learning rate
     1e-3 (the tiny model has random weights; LoRA needs bigger steps to show learning quickly).
-    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.7 GiB) holds
+    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.75 GiB) holds
     the small hub model's baseline; on Llama-3.1-8B the fp32 baseline is expected not to fit.
     """
 

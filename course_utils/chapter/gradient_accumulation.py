@@ -10,7 +10,7 @@ from course_utils.chapter.exercises import (Exercise, Verdict, _at, _divisors, _
                                             _mib, _only, _refuse)
 from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe, source_chapter_recipe
-from course_utils.results import Measurement
+from course_utils.results import Measurement, speed_words
 from course_utils.show.report import _joined, not_measured
 from course_utils.show.tables import wrap
 
@@ -75,7 +75,7 @@ def closing_02(before: Measurement, after: Measurement, reference) -> str:
         f"On {after.env['device']}, micro-batch {after.recipe['micro_batch']} x {after.recipe['grad_accum']} instead "
         f"of {before.recipe['micro_batch']} x {before.recipe['grad_accum']} (same {after.recipe_obj.effective_batch} "
         f"sequences per step) took the peak from {before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB "
-        f"({after.peak_bytes / before.peak_bytes - 1:+.0%}) at {after.tokens_per_s / before.tokens_per_s - 1:+.0%} speed.")
+        f"({after.peak_bytes / before.peak_bytes - 1:+.0%}), {speed_words(before, after)}.")
     big, mid, small = reference
     return _joined(here, f"Reference (Llama-3.1-8B QLoRA, H200): 16x1 {big.peak_gib:.1f} GiB at "
                    f"{big.tokens_per_s:,.0f} tokens/s; 4x4 {mid.peak_gib:.1f} GiB at {mid.tokens_per_s:,.0f}; "

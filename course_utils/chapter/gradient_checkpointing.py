@@ -12,7 +12,7 @@ from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _onl
 from course_utils.chapter.gradient_accumulation import set_seed_all
 from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement
+from course_utils.results import Measurement, speed_words
 from course_utils.show.report import _joined, not_measured
 from course_utils.show.tables import wrap
 
@@ -105,8 +105,7 @@ def closing_01(baseline: Measurement, checkpointed: Measurement, reference, mode
             f"On {baseline.env['device']} with model '{model}', gradient checkpointing cut the activations at the "
             f"peak from {baseline.mib('activations'):.1f} to {checkpointed.mib('activations'):.1f} MiB ({saved:.0%} "
             f"less) and the peak from {baseline.mib('peak'):.1f} to {checkpointed.mib('peak'):.1f} MiB "
-            f"({checkpointed.peak_bytes / baseline.peak_bytes - 1:+.0%}); speed went "
-            f"{checkpointed.tokens_per_s / baseline.tokens_per_s - 1:+.0%}.")
+            f"({checkpointed.peak_bytes / baseline.peak_bytes - 1:+.0%}); {speed_words(baseline, checkpointed)}.")
     return _joined(skip, f"On the reference GPU run (Llama-3.1-8B, LoRA bf16): activations "
                    f"{ref_before.mib('activations'):,.0f} -> {ref_after.mib('activations'):,.0f} MiB, peak "
                    f"{ref_before.peak_gib:.1f} -> {ref_after.peak_gib:.1f} GiB "

@@ -17,7 +17,7 @@ from course_utils.common import GiB, MiB
 from course_utils.estimate import estimate, model_shapes
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement
+from course_utils.results import Measurement, speed_words
 from course_utils.show.report import _joined, not_measured
 
 # --- 05: Llama-3.1-8B on a free T4 ---------------------------------------------------------------------
@@ -71,7 +71,7 @@ def closing_05(before: Measurement, after: Measurement, reference) -> str:
         f"On {after.env['device']}, 4-bit NF4 + double quant took the parameter memory from "
         f"{before.mib('parameters'):.1f} to {after.mib('parameters'):.1f} MiB and the peak from "
         f"{before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB ({after.peak_bytes / before.peak_bytes - 1:+.0%}), "
-        f"at {after.tokens_per_s / before.tokens_per_s - 1:+.0%} speed.")
+        f"{speed_words(before, after)}.")
     lora, qlora = reference
     return _joined(here, f"Reference (Llama-3.1-8B, H200): parameters {lora.mib('parameters') / 1024:.1f} -> "
                    f"{qlora.mib('parameters') / 1024:.1f} GiB, peak {lora.peak_gib:.1f} -> {qlora.peak_gib:.1f} GiB, "

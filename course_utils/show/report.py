@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
-from course_utils.results import Measurement
+from course_utils.results import Measurement, speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
 def _joined(*paragraphs: str) -> str:
@@ -92,8 +92,6 @@ def describe_change(before: Measurement, after: Measurement) -> str:
     biggest = max(deltas, key=lambda c: abs(deltas[c]))
     peak = (after.peak_bytes - before.peak_bytes) / MiB
     pct = 100 * peak / (before.peak_bytes / MiB) if before.peak_bytes else 0.0
-    speed = ""
-    if before.tokens_per_s and after.tokens_per_s:
-        speed = f", speed {100 * (after.tokens_per_s / before.tokens_per_s - 1):+.0f}%"
+    speed = f", {speed_words(before, after)}" if before.tokens_per_s and after.tokens_per_s else ""
     return wrap(f"{after.label}: peak {peak:+.1f} MiB ({pct:+.0f}%){speed}; "
                 f"largest change in {biggest} ({deltas[biggest]:+.1f} MiB)")

@@ -217,15 +217,43 @@ ENTRIES: tuple[Entry, ...] = (
             "take `bf16=True` and train on emulated bf16 instead of refusing. The course reads the compute "
             "capability, and refuses.",
         fix="Use `precision='auto'`: fp16 mixed precision on a T4, bf16 where the GPU has it, fp32 on a CPU. In your "
-            "own `TrainingArguments`, `fp16=True` on a T4, and with 4-bit loading "
-            "`bnb_4bit_compute_dtype=torch.float16`. `course env` prints what `auto` resolves to on the machine in "
-            "front of you.",
+            "own `SFTConfig` (or `TrainingArguments`), `bf16=False, fp16=True` on a T4 (say both: `SFTConfig()` turns "
+            "bf16 on by default), and with 4-bit loading `bnb_4bit_compute_dtype=torch.float16`. With a 4-bit model "
+            "and `SFTTrainer`, also put the adapters back in fp32 after the trainer is built, or the loss scaler stops "
+            "at the first step (next entry). `course env` prints what `auto` resolves to on the machine in front of "
+            "you.",
         commands=("course env", "course estimate --model llama-3.1-8b --source --precision auto --hardware t4"),
         evidence=(Library("", "torch", "cuda/__init__.py", ("def is_bf16_supported(including_emulation: bool = True):",
                                                            "torch.tensor([1.0], dtype=torch.bfloat16, device=device)")),
                   Library("", "transformers", "utils/import_utils.py", ("return torch.cuda.is_bf16_supported()",)),
                   Library("", "course_utils", "hardware.py", ("return cc >= (8, 0)",))),
         notebooks=("04", "07")),
+    Entry(
+        "fp16-bf16-adapters", "`\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'`",
+        "Your own QLoRA script on a GPU without bf16 (Colab's free T4): a 4-bit model, `SFTTrainer` and `fp16=True`. "
+        "Notebook 07's script shows the fix.",
+        (Library("The first optimizer step (after the first `gradient_accumulation_steps` micro-batches) stops in "
+                 "the loss scaler's unscaling, with an error from torch's CUDA kernel:", "torch", "amp/grad_scaler.py",
+                 ("_amp_foreach_non_finite_check_and_unscale_",),
+                 shown="RuntimeError: \"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for "
+                       "'BFloat16'",
+                 backing=("torch._amp_foreach_non_finite_check_and_unscale_(",)),),
+        why="On a quantized model trl's `SFTTrainer` casts every trainable parameter (the LoRA adapters) to bf16, as "
+            "the QLoRA paper does, whatever `bf16` and `fp16` say. `fp16=True` makes the Trainer scale the loss with "
+            "a `GradScaler`, which unscales the gradients before the optimizer steps; its CUDA kernel has no bf16 "
+            "version, and the adapters' gradients are bf16. (It refuses fp16 gradients too: fp16 mixed precision "
+            "wants fp32 trainable weights and fp16 compute.) bf16 training needs no loss scaler, so where the GPU has "
+            "bf16 the cast does no harm. The message comes from the GPU kernel, so a CPU run never shows it.",
+        fix="After `SFTTrainer(...)` is built and before `trainer.train()`, put the trainable parameters back in "
+            "fp32, as notebook 07's script does:\n\n```python\nfor p in trainer.model.parameters():\n"
+            "    if p.requires_grad:\n        p.data = p.data.float()\n```\n\nThe adapters are small, so fp32 costs "
+            "little. Where the GPU has bf16 (compute capability 8.0 or later), train with `bf16=True` instead and "
+            "keep trl's cast. `course env` says which the machine in front of you has.",
+        commands=("course env",),
+        evidence=(Library("", "trl", "trainer/sft_trainer.py",
+                          ("if _is_quantized_model:", "param.data = param.data.to(torch.bfloat16)")),
+                  Library("", "torch", "amp/grad_scaler.py", ('raise ValueError("Attempting to unscale FP16 gradients.")',))),
+        notebooks=("05", "07")),
     Entry(
         "bitsandbytes", "bitsandbytes without CUDA",
         "Notebooks 03 and 05 (8-bit optimizers, 4-bit weights) on a machine without CUDA, or on a GPU whose CUDA "
@@ -304,14 +332,16 @@ ENTRIES: tuple[Entry, ...] = (
             "transformers turns input gradients on whenever checkpointing is enabled through it, and picks the "
             "non-reentrant kind unless told otherwise; you meet this error when checkpointing is switched on some "
             "other way with `use_reentrant=True`, or input gradients are switched off.",
-        fix="Use `use_reentrant=False`, as the course does: `gradient_checkpointing_kwargs={\"use_reentrant\": False}` "
-            "in `TrainingArguments`, or `activation_checkpointing_kwargs` of the same in "
-            "`model.activation_checkpointing_enable`. To keep the reentrant kind, call "
-            "`model.enable_input_require_grads()` before training.",
+        fix="Use `use_reentrant=False`, as the course does: `activation_checkpointing=True, "
+            "activation_checkpointing_kwargs={\"use_reentrant\": False}` in `SFTConfig` (or `TrainingArguments`; "
+            "transformers 5 still takes the old names `gradient_checkpointing` and `gradient_checkpointing_kwargs`, "
+            "with a FutureWarning), or the same keyword argument to `model.activation_checkpointing_enable`. To keep "
+            "the reentrant kind, call `model.enable_input_require_grads()` before training.",
         evidence=(Library("", "transformers", "modeling_utils.py",
                           ('activation_checkpointing_kwargs = {"use_reentrant": False}',
                            "self.enable_input_require_grads()")),
-                  Library("", "transformers", "training_args.py", ("gradient_checkpointing_kwargs",))),
+                  Library("", "transformers", "training_args.py", ("activation_checkpointing_kwargs",
+                                                                   "gradient_checkpointing_kwargs"))),
         notebooks=("01",)),
     Entry(
         "data", "A micro-batch the shipped data cannot fill",

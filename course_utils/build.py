@@ -222,6 +222,7 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str):
         torch_compile=recipe.torch_compile,
         activation_offloading=recipe.offload_activations,
         tf32=True if recipe.tf32 else None,  # None leaves torch's default (no TF32 for matmuls)
+        logging_nan_inf_filter=not recipe.lean_host,  # True: an isnan/isinf check (a GPU wait) per micro-batch
     )
 
 
@@ -295,6 +296,8 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     if packed is not None:  # this process packed the same data with the same tokenizer before: trl would repeat it
         args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}
     datasets.disable_progress_bars()  # tokenizing and packing 1,200 records takes a second
+    if recipe.lean_host:  # the same training, without the host waiting for the GPU inside a micro-batch
+        from course_utils.lean_trainer import LeanSFTTrainer as SFTTrainer  # noqa: N814
     try:
         trainer = SFTTrainer(
             model=model,
@@ -331,6 +334,8 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         notes.append(note or "offload_embeddings: the model already runs on the CPU, so the table stays where it is")
     if recipe.liger_kernels:
         notes.append("Liger kernels for RMSNorm, SwiGLU and RoPE (trl keeps its own fused, chunked loss)")
+    if recipe.lean_host:
+        notes.append("lean host: trl's metrics read once per log, no NaN/Inf check per micro-batch (lean_trainer.py)")
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
     return Built(recipe=recipe, precision=precision, model=trainer.model, tokenizer=tokenizer,
                  trainer=trainer, notes=notes)

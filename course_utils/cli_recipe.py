@@ -40,6 +40,7 @@ NOT_EXPOSED = {
         "learning_rate": _NO_MEMORY, "seed": _NO_MEMORY,
         "torch_compile": "a speed knob the estimator does not model: its answer would not change",
         "tf32": "a speed knob (matmul precision): the memory does not change",
+        "lean_host": "a speed knob (host-GPU waits): the memory does not change",
     },
     "run": {
         "model": _OWN, "label": "the ladder names its rungs",
@@ -48,7 +49,7 @@ NOT_EXPOSED = {
         "prepare_kbit": "the 4-bit rung uses peft's fp32 upcast, as the chapter does",
         "lora_r": _LORA, "lora_alpha": _LORA, "lora_dropout": _LORA, "lora_targets": _LORA,
         "offload_embeddings": _BEYOND, "liger_kernels": _BEYOND, "torch_compile": _BEYOND,
-        "offload_activations": _BEYOND, "tf32": _BEYOND,
+        "offload_activations": _BEYOND, "tf32": _BEYOND, "lean_host": _BEYOND,
     },
 }
 _FULL_FINE_TUNE = 0  # what _lora_rank returns for 'none' (None is "not given")

@@ -33,7 +33,7 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # Fields added after reference results were shipped: at their defaults they are left out of a
 # recipe's key, so the keys (and the stored measurements) of older recipes stay valid.
 LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False,
-                "offload_activations": False, "tf32": False}
+                "offload_activations": False, "tf32": False, "lean_host": False}
 
 
 class RecipeError(ValueError):
@@ -68,6 +68,7 @@ class Recipe:
     torch_compile: bool = False  # compile the model with torch.compile (the Trainer's torch_compile)
     offload_activations: bool = False  # trl's activation offloading: saved activations wait in CPU memory (CUDA only)
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (10-bit mantissa): Ampere (8.0) and later only
+    lean_host: bool = False  # no host-GPU waits inside a micro-batch: metrics read once per log (lean_trainer.py)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -163,6 +164,8 @@ class Recipe:
             parts.append("activations on CPU")
         if self.tf32:
             parts.append("TF32")
+        if self.lean_host:
+            parts.append("lean host")
         return ", ".join(parts)
 
     @property
@@ -236,6 +239,7 @@ FIELD_HELP = {
     "torch_compile": "compile the model with torch.compile",
     "offload_activations": "trl's activation offloading: saved activations wait in CPU memory (CUDA only)",
     "tf32": "fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)",
+    "lean_host": "no host-GPU waits inside a micro-batch: trl's metrics read once per log, no NaN gate",
 }
 
 

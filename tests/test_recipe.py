@@ -35,6 +35,7 @@ KNOB_CHANGES = {
     "torch_compile": True,
     "offload_activations": True,
     "tf32": True,
+    "lean_host": True,
 }
 
 

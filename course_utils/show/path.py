@@ -19,7 +19,7 @@ from course_utils.results import Measurement
 TECHNIQUES = (("load_in_4bit", "double_quant"), ("precision",), ("gradient_checkpointing",),
               ("micro_batch", "grad_accum"), ("optimizer",), ("max_seq_length",), ("prepare_kbit",),
               ("offload_embeddings",), ("liger_kernels",), ("torch_compile",), ("offload_activations",), ("tf32",),
-              ("gpus", "strategy"))
+              ("lean_host",), ("gpus", "strategy"))
 _SETUP = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "label") + ("gpus", "strategy")
 
 

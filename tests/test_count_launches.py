@@ -1,0 +1,81 @@
+"""scripts/gpu/count_launches.py's counting, on a made-up profile (no GPU): what is a kernel, a launch, a wait, an
+allocator call, which events fall in the window, and where the waits come from."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from torch.autograd import DeviceType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import count_launches as C  # noqa: E402
+
+
+def ev(name, start, end=None, device=False, parent=None, annotation=False):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start, end=end if end is not None else start + 1),
+                           device_type=DeviceType.CUDA if device else DeviceType.CPU, cpu_parent=parent, stack=[],
+                           is_user_annotation=annotation)
+
+
+def test_classify_counts_per_micro_batch_inside_the_window():
+    step = ev(C.STEP_MARK, 0, 100, annotation=True)
+    item = ev("aten::item", 10, parent=step)
+    dense = ev("aten::_local_scalar_dense", 10, parent=item)
+    sync = ev("cudaStreamSynchronize", 11, parent=dense)
+    loop_sync = ev("cudaStreamSynchronize", 150)  # between micro-batches: the training loop's
+    events = [
+        step, item, dense, sync, loop_sync,
+        ev(C.STEP_MARK, 0, 100, device=True, annotation=True),  # the mark on the GPU's timeline: not a kernel
+        ev("cudaLaunchKernel", 1, parent=step), ev("cudaLaunchKernel", 2, parent=step), ev("cuLaunchKernelEx", 3),
+        ev("cudaMalloc", 4), ev("cudaFree", 5), ev("cudaMemcpyAsync", 10),
+        ev("ampere_bf16_gemm", 5, device=True), ev("triton_rms_norm", 6, device=True),
+        ev("cutlass_80_tensorop_gemm", 7, device=True),
+        ev("Memcpy DtoH (Device -> Pageable)", 11, device=True), ev("Memset (Device)", 12, device=True),
+        ev("aten::mm", 3), ev("aten::add", 4),
+        ev(C.WINDOW_END, 200, annotation=True), ev("cudaDeviceSynchronize", 201),  # the closing sync: not counted
+        ev("late_kernel", 300, device=True),  # launched in the window, ran after the host reached its end: counted
+    ]
+    c = C.classify(events, micro_batches=2)
+    assert c["kernels"] == 4 / 2  # gemm, rms_norm, cutlass, late_kernel
+    assert c["launch_calls"] == 3 / 2 and c["launches_by_call"] == {"cudaLaunchKernel": 1.0, "cuLaunchKernelEx": 0.5}
+    assert c["waits"] == 2 / 2 and c["waits_by_call"] == {"cudaStreamSynchronize": 1.0}
+    assert c["d2h"] == 0.5 and c["memcpy"] == 0.5 and c["memset"] == 0.5
+    assert c["allocator"] == 1.0 and c["allocator_by_call"] == {"cudaMalloc": 0.5, "cudaFree": 0.5}
+    assert c["item"] == 0.5 and c["aten_ops"] == 4 / 2
+    sites = c["wait_sites"]
+    assert any(k.startswith("cudaStreamSynchronize <- aten::_local_scalar_dense < aten::item")
+               and "outside" not in k for k in sites), sites
+    assert any(k.startswith("cudaStreamSynchronize <- (top level)") and k.endswith("[outside training_step]")
+               for k in sites), sites
+
+
+def test_an_unknown_variant_is_named(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        C.main(["--out", "x.jsonl", "--variants", "ours,theirs"])
+    assert "no variant ['theirs']" in capsys.readouterr().err
+
+
+def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_removed():
+    import json
+
+    from course_utils.recipe import Recipe
+
+    path = Path(__file__).resolve().parents[1] / "course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl"
+    runs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {d["variant"] for d in runs} == {"ours", "ours-lean", "unsloth"}
+    for d in runs:
+        assert d["status"] == "ok" and d["run"] and d["date"] and d["command"].startswith("count_launches.py --child")
+        env = d["env"]
+        assert env["device"] == "NVIDIA H200" and env["driver"] and env["cuda"] and env["versions"]["torch"]
+        if d["variant"] != "unsloth":
+            assert Recipe.from_dict(d["recipe"]).key == d["recipe_key"]
+            assert Recipe.from_dict(d["recipe"]).lean_host == (d["variant"] == "ours-lean")
+    by = {d["variant"]: d for d in runs}
+    ours, lean = by["ours"]["counts"], by["ours-lean"]["counts"]
+    assert lean["waits"] < ours["waits"] and lean["item"] < ours["item"]
+    assert abs(lean["kernels"] - ours["kernels"]) <= 10  # the same work on the GPU
+    assert by["ours"]["losses"] == by["ours-lean"]["losses"]  # the same training

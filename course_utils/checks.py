@@ -127,6 +127,12 @@ def check_data(recipe: Recipe) -> None:
             f"tokens per step, but the shipped data packs into at most {blocks} ({tokens:,} tokens): the run "
             f"would train {blocks} while recording {recipe.micro_batch}. Use micro_batch <= {blocks}, "
             "or a shorter max_seq_length.")
+    if recipe.effective_batch > blocks:  # one optimizer step would have to read the data more than once
+        raise RecipeError(
+            f"micro_batch x grad_accum = {recipe.micro_batch} x {recipe.grad_accum} = {recipe.effective_batch} "
+            f"sequences of {recipe.max_seq_length} tokens per optimizer step, but the shipped data packs into at "
+            f"most {blocks} ({tokens:,} tokens). Use micro_batch x grad_accum <= {blocks}, or a shorter "
+            "max_seq_length.")
 
 
 def check_machine(recipe: Recipe) -> str:

@@ -22,7 +22,9 @@ from pathlib import Path
 from course_utils import machine
 from course_utils.build import build
 from course_utils.common import GiB
+from course_utils.guards import loss_problem, measuring
 from course_utils.machine import apply_profile, resolve_precision
+from course_utils.measure import _beside_callback
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, environment
 
@@ -119,6 +121,11 @@ def check_sane(recipe: Recipe, probe) -> None:
         raise MeasurementError(
             f"{recipe.name!r} diverged: the loss was not finite at step(s) {bad} (losses {probe.losses}); nothing "
             f"was stored. Lower learning_rate (now {recipe.learning_rate}), or use fp32/bf16 instead of fp16.")
+    problem = loss_problem(probe.losses)
+    if problem:
+        raise MeasurementError(
+            f"{recipe.name!r} did not train: {problem}; nothing was stored. Lower learning_rate (now "
+            f"{recipe.learning_rate}; the chapter uses 2e-4) and measure it again.")
 
 
 def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None) -> Measurement:
@@ -166,11 +173,13 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_buil
     for p in model.parameters():
         if p.requires_grad:
             p.register_post_accumulate_grad_hook(probe.grad_ready)
-    status, error = "ok", ""
+    status, error, beside = "ok", "", set()
     try:
         if on_built is not None:
             on_built(built)
-        built.trainer.train()
+        with measuring():  # other measurements on this machine see this one, and this one sees them (each step)
+            built.trainer.add_callback(_beside_callback(beside))
+            built.trainer.train()
     except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
         status = "does_not_fit"
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
@@ -202,7 +211,7 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_buil
         startup_s=startup,
         build_s=build_s,
         notes=built.notes,
-        timing=probe.timing() if status == "ok" else {},
+        timing={**probe.timing(), **({"others": len(beside)} if beside else {})} if status == "ok" else {},
     )
 
 

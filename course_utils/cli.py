@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,7 +28,7 @@ from course_utils.machine import (HardwareError, PROFILE_ENV, STACK, active_prof
 from course_utils.measure import Outcome, Results, measure_all
 from course_utils.models import ModelUnavailableError, load_config
 from course_utils.recipe import RecipeError
-from course_utils.results import ResultStore, StoreError, default_store, reference_results
+from course_utils.results import ResultLineError, ResultStore, StoreError, default_store, reference_results
 from course_utils.show.plots import ladder_figure
 from course_utils.show.report import describe_change
 
@@ -281,10 +282,18 @@ def _add_estimate_and_plan(sub) -> None:
     pl.set_defaults(func=_cmd_plan)
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line (what was wrong, and where the flags are listed), not the usage
+    block followed by the error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `course` command."""
-    parser = argparse.ArgumentParser(prog="course", description="Chapter 3, Memory-Efficient Training: measure it.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _OneLineParser(prog="course", description="Chapter 3, Memory-Efficient Training: measure it.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
 
     run = sub.add_parser("run", help="measure the chapter's ladder of techniques and plot memory against speed")
     run.add_argument("--model", default="tiny",
@@ -319,14 +328,57 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `course` console command."""
 
     args = build_parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else list(argv)))
+    previous = _on_sigterm()
     try:
         return args.func(args)
-    except (RecipeError, HardwareError, ModelUnavailableError, MeasurementError, StoreError) as exc:
+    except (RecipeError, HardwareError, ModelUnavailableError, MeasurementError, StoreError, ResultLineError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"course: stopped (SIGTERM); the measuring process was ended with it. {_saved_note()}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"\ncourse: interrupted. {_saved_note()}", file=sys.stderr)
         return 130
+    except OSError as exc:  # a file or folder the command needs (COURSE_HOME, a lock) that cannot be used
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"course: error: {exc.strerror or _one_line(exc)}{where}. Check that COURSE_HOME and the paths "
+              "given are folders and files you can write.", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 (no traceback reaches the terminal; COURSE_DEBUG=1 shows it)
+        if os.environ.get("COURSE_DEBUG"):
+            raise
+        print(f"course: error: unexpected {type(exc).__name__}: {_one_line(exc)}. This is a bug in the course: "
+              "please report it with the command you ran (COURSE_DEBUG=1 shows the traceback).", file=sys.stderr)
+        return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C: every `finally` runs, so the measuring child is ended
+    (measure.relay) and a store rewrite in progress is rolled back (results.ResultStore._append)."""
+
+
+def _on_sigterm():
+    """Make SIGTERM raise Terminated while the command runs; returns the handler to restore (None when this is
+    not the main thread, where no handler can be set)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line (a child's log tail or a list of problems joined with ' | ')."""
+    text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text or type(exc).__name__
 
 
 def _saved_note() -> str:
@@ -394,12 +446,14 @@ def env_report() -> tuple[str, bool]:
     if offline:
         check(True, "hub access: off (HF_HUB_OFFLINE set; the embedded default is used)")
     else:
-        from course_utils.data import hub_reachable
+        from course_utils import data
 
-        reachable = hub_reachable()
+        data.LAST_HUB_ANSWER[0] = ""
+        reachable = data.hub_reachable()
+        why = data.LAST_HUB_ANSWER[0]  # e.g. accepted the connection but did not answer within 2 s
         check(reachable, "hub access: huggingface.co answers" if reachable else
-              "hub access: huggingface.co does not answer within 2 s (set HF_HUB_OFFLINE=1 to use the embedded "
-              "default without waiting on it)", required=False)
+              f"hub access: huggingface.co does not answer{': ' + why if why else ''} (set HF_HUB_OFFLINE=1 to use "
+              "the embedded default without waiting on it)", required=False)
     return "\n".join(lines + [""] + checks), ok_all
 
 

@@ -43,18 +43,73 @@ def course_home() -> Path:
     return Path(home)
 
 
+LOCK_WAIT_ENV = "COURSE_LOCK_TIMEOUT"  # seconds to wait for a lock another process holds (default 600)
+
+
+class LockTimeout(OSError):
+    """Another process held a lock for longer than we wait; the message names it (pid, command) and the lock."""
+
+
+def lock_wait_s() -> float:
+    """How long file_lock waits for another process's lock: $COURSE_LOCK_TIMEOUT, default 600 s."""
+    try:
+        return max(0.0, float(os.environ.get(LOCK_WAIT_ENV, "600")))
+    except ValueError:
+        return 600.0
+
+
+def lock_holder(path: Path) -> str:
+    """Who holds the lock at `path`, as its holder wrote it: 'pid N (command)', or 'another process'."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return text.splitlines()[0][:200] if text else "another process"
+
+
 @contextlib.contextmanager
-def file_lock(path: Path):
+def file_lock(path: Path, wait_s: float | None = None, say=None):
     """An exclusive lock on `path` (made with its folder where missing), held while the block runs: two processes
-    never build the same model, or rewrite the same results store, at once."""
+    never build the same model, or rewrite the same results store, at once. The holder writes its pid and
+    command into the lock file; a process that finds the lock taken says who holds it (one line on stderr, or
+    `say(line)`), waits up to `wait_s` seconds (default lock_wait_s()), then raises LockTimeout naming the holder."""
     import fcntl
+    import sys
+    import time
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    with open(path, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            wait_s = lock_wait_s() if wait_s is None else wait_s
+            holder = lock_holder(path)
+            line = f"course: waiting for {path}, held by {holder}; up to {wait_s:g} s ({LOCK_WAIT_ENV} sets it)."
+            (say or (lambda text: print(text, file=sys.stderr, flush=True)))(line)
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(f"{path} is still held by {lock_holder(path) or holder} after {wait_s:g} s: "
+                                          f"wait for it to finish (or end it), then run again; {LOCK_WAIT_ENV} sets "
+                                          "how long to wait") from None
+                    time.sleep(min(0.2, max(0.01, deadline - time.monotonic())))
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()} ({' '.join(sys.argv)[:150] or 'python'})\n")
+            fh.flush()
+        except OSError:  # who holds it is only a courtesy
+            pass
         try:
             yield
         finally:
+            with contextlib.suppress(OSError):
+                fh.seek(0)
+                fh.truncate()
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 

@@ -35,8 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_utils import child
-from course_utils.checks import check_runnable
+from course_utils import checks, child
 from course_utils.child import CHILD_ERRORS, MeasurementError, TEMP_PREFIXES, _child_error, temp_folder
 from course_utils.common import GiB, MiB, shipped
 from course_utils.machine import HardwareError, rank_info
@@ -103,7 +102,7 @@ def check_launch(recipe: Recipe, gpus: int, strategy: str) -> str:
         why = f" (CUDA_VISIBLE_DEVICES={seen!r})" if seen is not None else ""
         raise HardwareError(f"gpus={gpus} asks for {gpus} GPUs, but this process sees {have}{why}. Use gpus <= {have}, "
                             "or make more GPUs visible.")
-    check_runnable(recipe)
+    checks.check_runnable(recipe)
     return "cuda" if have else "cpu"
 
 

@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils import machine
-from course_utils.checks import check_runnable
+from course_utils import checks, machine
 from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_PREFIXES, _command, _does_not_fit,
-                                run_here, temp_folder)
+                                callback, run_here, temp_folder)
+from course_utils.guards import measuring, others_measuring
 from course_utils.machine import HardwareError, resolve_precision
 from course_utils.models import ModelUnavailableError, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError, ladder
@@ -62,7 +62,7 @@ def measure(
             found.cached = True
             return _as_asked(found, recipe)
     if not checked:
-        check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
+        checks.check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
     if budget_gib is None:
         store.check_writable()  # and a result that could not be stored is not measured
     if isolate or env.device_type != "cpu":
@@ -197,6 +197,20 @@ def _progress_bar(recipe: Recipe, enabled: bool):
     return _StepBar(recipe) if enabled else None
 
 
+def _beside_callback(beside: set):
+    """A Trainer callback that adds the pids of the other measuring processes on this machine (guards) to
+    `beside` at the start and the end of every step."""
+    from transformers import TrainerCallback
+
+    class Beside(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            beside.update(o["pid"] for o in others_measuring())
+
+        on_step_end = on_step_begin
+
+    return Beside()
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One recipe of a measure_all run: its Measurement (labelled as the recipe), or why it was skipped."""
@@ -258,7 +272,7 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
                          f"(positions 0 to {len(recipes) - 1}); give reasons only for recipes in the list.")
     for i, recipe in enumerate(recipes):
         if i not in skip:
-            check_runnable(recipe)
+            checks.check_runnable(recipe)
     results = Results()
     bar = tqdm(recipes, desc=desc, unit="recipe", disable=not progress)
     stopped = ""
@@ -277,6 +291,7 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
 
 def _measure_one(recipe: Recipe, keep_going: bool, **how) -> Outcome:
     """measure(recipe, **how) as an Outcome; with keep_going, a failed run is one skipped with its error."""
+    from course_utils.child import MeasurementError  # at call time: tests replace measure.measure
 
     started = time.perf_counter()
     try:
@@ -345,6 +360,7 @@ def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store
     For a knob in GROWING with rising values, once one value does not fit the larger ones are not run
     (their memory only grows): each is a 'does not fit' result that says so, and is not stored.
     """
+    from course_utils.child import _does_not_fit
 
     values = list(values)
     recipes = [base.with_(**{knob: value}, label=f"{knob}={value}") for value in values]

@@ -139,13 +139,67 @@ def build_tokenizer(texts: list[str], vocab_size: int = TINY_VOCAB):
                                    pad_token="<|pad|>", model_max_length=TINY_CONFIG["max_position_embeddings"])
 
 
+def damage(folder: Path) -> str | None:
+    """Why a built model folder cannot be loaded (a missing config, a weights file cut short or not
+    safetensors), or None when it is whole. Reads only each weights file's header and size."""
+    if not (folder / "config.json").is_file():
+        return "config.json is missing"
+    shards = sorted(folder.glob("*.safetensors"))
+    if not shards:
+        return "no weights file (*.safetensors)"
+    for shard in shards:
+        try:
+            size = shard.stat().st_size
+            with open(shard, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if not 2 <= n <= min(size, 100 * 2**20):
+                    return f"{shard.name} is not a whole safetensors file ({size:,} bytes)"
+                header = json.loads(fh.read(n))
+        except (OSError, ValueError) as exc:
+            return f"{shard.name} cannot be read ({type(exc).__name__}: {exc})"
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+        want = 8 + n + max(ends, default=0)
+        if size != want:
+            return f"{shard.name} has {size:,} bytes where its header needs {want:,} (cut short: a full disk or a " \
+                   "copy that stopped)"
+    return None
+
+
+def _rebuilding(target: Path, rebuild: bool) -> bool:
+    """True when `target` must be (re)built: asked, missing, or damaged (then said in one line on stderr)."""
+    if rebuild or not target.exists():
+        return True
+    why = damage(target)
+    if why:
+        import sys
+
+        print(f"course: the built model {target} is damaged ({why}); rebuilding it.", file=sys.stderr)
+    return why is not None
+
+
+def _home_error(exc: OSError, target: Path) -> ModelUnavailableError:
+    """One line for a model folder that cannot be written where COURSE_HOME points."""
+    return ModelUnavailableError(
+        f"cannot build the model in {target.parent} ({exc.filename or target}: {exc.strerror or exc}). "
+        f"Set COURSE_HOME to a folder you can write (now {course_home()}).")
+
+
 def tiny_model_path(rebuild: bool = False) -> Path:
-    """Build the embedded tiny model once (tokenizer + random Llama weights), return its folder."""
+    """Build the embedded tiny model once (tokenizer + random Llama weights), return its folder. A damaged
+    build (weights cut short) is found and built again."""
     target = course_home() / "models" / f"tiny-llama-{tiny_fingerprint()}"
-    if target.exists() and not rebuild:
+    if not _rebuilding(target, rebuild):
         return target
+    try:
+        return _build_tiny(target, rebuild)
+    except OSError as exc:  # COURSE_HOME a file, a read-only folder, a full disk
+        raise _home_error(exc, target) from None
+
+
+def _build_tiny(target: Path, rebuild: bool) -> Path:
+    """tiny_model_path's build, under the folder's lock."""
     with _file_lock(_lock_path(target)):
-        if target.exists() and not rebuild:
+        if target.exists() and not rebuild and damage(target) is None:
             return target
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -212,10 +266,18 @@ def preset_path(name: str, rebuild: bool = False) -> Path:
 
     name = name.lower()
     target = course_home() / "models" / f"random-{name}"
-    if target.exists() and not rebuild:
+    if not _rebuilding(target, rebuild):
         return target
+    try:
+        return _build_preset(name, target, rebuild)
+    except OSError as exc:  # COURSE_HOME a file, a read-only folder, a full disk
+        raise _home_error(exc, target) from None
+
+
+def _build_preset(name: str, target: Path, rebuild: bool) -> Path:
+    """preset_path's build, under the folder's lock."""
     with _file_lock(_lock_path(target)):
-        if target.exists() and not rebuild:
+        if target.exists() and not rebuild and damage(target) is None:
             return target
         from transformers import AutoTokenizer
 
@@ -383,11 +445,11 @@ def load_config(model: str):
         from course_utils.data import hub_address, hub_reachable
 
         if not hub_reachable():
-            from course_utils.data import _offline_mode
+            from course_utils.data import LAST_HUB_ANSWER, _offline_mode
 
             host, port = hub_address()
             why = ("HF_HUB_OFFLINE is set" if _offline_mode() else
-                   f"{host}:{port} did not accept a connection within 2 s")
+                   LAST_HUB_ANSWER[0] or f"{host}:{port} did not accept a connection within 2 s")
             raise hub_error(model, ConnectionError(why))
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(int(hub_timeout())))
     try:

@@ -40,6 +40,84 @@ class RecipeError(ValueError):
     """A recipe knob has a value that cannot work; the message says which and what to do."""
 
 
+def _whole(v: Any) -> bool:
+    """A whole number (True and False are not numbers here)."""
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _real(v: Any) -> bool:
+    """A finite int or float (no bool, nan or inf)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """What one Recipe field accepts: a test of one value and the words that say what is allowed (the error
+    reads '<field> must <allowed>, got <value>.'). FIELD_RULES holds one per field; validate() reads it."""
+
+    ok: Any  # value -> bool
+    allowed: str
+    kind: str  # "bool", "whole", "number", "text", "choice", "names": what a flag or a form would read
+
+
+def _rule_bool() -> FieldRule:
+    return FieldRule(lambda v: isinstance(v, bool), "be true or false (True/False; not a string or a number)", "bool")
+
+
+# One table of every Recipe field: its type and its range or choices. Recipe.validate() checks each field
+# against it before any process starts; the checks between fields (steps against warmup_steps, 4-bit
+# needs LoRA, the optimizer's name) follow in validate().
+FIELD_RULES: dict[str, FieldRule] = {
+    "model": FieldRule(lambda v: isinstance(v, str) and bool(v.strip()),
+                       "name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a local folder)", "text"),
+    "load_in_4bit": _rule_bool(),
+    "double_quant": _rule_bool(),
+    "lora_r": FieldRule(lambda v: v is None or (_whole(v) and v > 0),
+                        "be a positive whole number or None (full fine-tune)", "whole"),
+    "lora_alpha": FieldRule(lambda v: _real(v) and v > 0,
+                            "be a finite number above 0 (the chapter uses 32: the update is scaled by alpha / r)",
+                            "number"),
+    "lora_dropout": FieldRule(lambda v: _real(v) and 0 <= v < 1,
+                              "be at least 0 and below 1 (the chapter uses 0.05)", "number"),
+    "lora_targets": FieldRule(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v),
+                              "be module names such as 'q_proj'", "names"),
+    "precision": FieldRule(lambda v: isinstance(v, str) and v in PRECISIONS, f"be one of {PRECISIONS}", "choice"),
+    "gradient_checkpointing": _rule_bool(),
+    "micro_batch": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
+    "grad_accum": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
+    "optimizer": FieldRule(lambda v: isinstance(v, str) and bool(v),
+                           "be an optimizer name such as 'adamw_torch' (any name in transformers' OptimizerNames)",
+                           "text"),
+    "max_seq_length": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
+    "steps": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
+    "warmup_steps": FieldRule(lambda v: _whole(v) and v >= 0, "be a whole number, 0 or more", "whole"),
+    "learning_rate": FieldRule(lambda v: _real(v) and v > 0,
+                               "be a positive, finite number (the chapter uses 2e-4)", "number"),
+    "seed": FieldRule(lambda v: _whole(v) and 0 <= v < 2**32,
+                      "be a whole number from 0 to 2**32 - 1 (numpy's range)", "whole"),
+    "prepare_kbit": _rule_bool(),
+    "offload_embeddings": _rule_bool(),
+    "liger_kernels": _rule_bool(),
+    "torch_compile": _rule_bool(),
+    "offload_activations": _rule_bool(),
+    "tf32": _rule_bool(),
+    "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
+}
+
+
+def check_field(name: str, value: Any) -> None:
+    """RecipeError naming the field, its value and what FIELD_RULES allows, unless the value is allowed."""
+    rule = FIELD_RULES[name]
+    try:
+        good = bool(rule.ok(value))
+    except Exception:  # a value whose comparison itself fails (an object of another kind)
+        good = False
+    if not good:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise RecipeError(f"{name} must {rule.allowed}, got {shown}.")
+
+
 @dataclass(frozen=True)
 class Recipe:
     """One training configuration. Every field is a technique or a size the chapter talks about."""
@@ -175,42 +253,22 @@ class Recipe:
 
     # --- validation ----------------------------------------------------------------------------
     def validate(self) -> None:
-        """Reject values that cannot work, with a message that says what to do instead."""
-        for knob in ("micro_batch", "grad_accum", "max_seq_length", "steps"):
-            value = getattr(self, knob)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise RecipeError(f"{knob} must be a positive whole number, got {value!r}.")
-        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
-            raise RecipeError(f"warmup_steps must be 0 or more, got {self.warmup_steps!r}.")
+        """Reject values that cannot work, with a message that says what to do instead: each field against
+        FIELD_RULES (type and range, before any process starts), then the rules between fields."""
+        for f in _FIELDS:
+            check_field(f.name, getattr(self, f.name))
         if self.steps < self.warmup_steps + 2:
             raise RecipeError(
                 f"steps ({self.steps}) must be at least warmup_steps + 2 ({self.warmup_steps + 2}): after the "
                 "warm-up, one step is tracked for memory and at least one is timed. Raise steps or lower warmup_steps."
             )
-        if self.precision not in PRECISIONS:
-            raise RecipeError(f"precision must be one of {PRECISIONS}, got {self.precision!r}.")
-        if self.lora_r is not None and (not isinstance(self.lora_r, int) or isinstance(self.lora_r, bool) or self.lora_r <= 0):
-            raise RecipeError(f"lora_r must be a positive whole number or None (full fine-tune), got {self.lora_r!r}.")
         if self.load_in_4bit and not self.uses_lora:
             raise RecipeError(
                 "load_in_4bit=True needs LoRA (lora_r set): 4-bit weights cannot be trained directly. "
                 "Set lora_r=16, or load_in_4bit=False for a full fine-tune."
             )
-        if not isinstance(self.model, str) or not self.model.strip():
-            raise RecipeError(f"model must name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a "
-                              f"local folder), got {self.model!r}.")
         if self.uses_lora and not self.lora_targets:
             raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
-        if self.uses_lora and not all(isinstance(t, str) and t for t in self.lora_targets):
-            raise RecipeError(f"lora_targets must be module names such as 'q_proj', got {self.lora_targets!r}.")
-        d = self.lora_dropout
-        if not isinstance(d, (int, float)) or isinstance(d, bool) or not (0 <= d < 1):  # nan fails too
-            raise RecipeError(f"lora_dropout must be at least 0 and below 1 (the chapter uses 0.05), got {d!r}.")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
-            raise RecipeError(f"seed must be a whole number from 0 to 2**32 - 1 (numpy's range), got {self.seed!r}.")
-        lr = self.learning_rate
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
-            raise RecipeError(f"learning_rate must be a positive, finite number (the chapter uses 2e-4), got {lr!r}.")
         _check_optimizer(self.optimizer)
 
 
@@ -325,3 +383,4 @@ def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
 
 
 _FIELDS = dataclasses.fields(Recipe)
+assert set(FIELD_RULES) == {f.name for f in _FIELDS}, "every Recipe field needs its rule in FIELD_RULES"

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.common import GiB, MiB, __version__, course_home, file_lock, lock_path, shipped
+from course_utils.common import GiB, LockTimeout, MiB, __version__, course_home, file_lock, lock_path, shipped
+from course_utils.guards import loss_problem
 from course_utils.machine import Machine, machine
 from course_utils.models import tiny_fingerprint
 from course_utils.recipe import Recipe
@@ -76,6 +77,10 @@ class ResultLineError(ValueError):
     """A stored measurement has a missing field, a wrong type or a value out of range; the message names it."""
 
 
+class NotAResult(ResultLineError):
+    """A measurement whose run trained nothing (its loss collapsed, exploded or stopped moving): never stored."""
+
+
 class StoreError(OSError):
     """The results store cannot be read or written where it is; the message names the path and the fix."""
 
@@ -118,9 +123,14 @@ class Measurement:
     def noisy(self) -> bool:
         """True when tokens/s cannot be trusted: the timed steps differed by more than NOISY_SPREAD of their
         median, or (on a CPU) the process got less than NOISY_CPU_SHARE of its cores' time: the machine was
-        busy with something else. Results stored before this was recorded are not marked."""
+        busy with something else; or its speed came from a single timed step, or another measuring process ran
+        on the same machine meanwhile (timing's 'others', course_utils.guards). Results stored before this was
+        recorded are not marked."""
         spread, share = self.timing.get("spread"), self.timing.get("cpu_share")
-        return bool((spread is not None and spread > NOISY_SPREAD) or (share is not None and share < NOISY_CPU_SHARE))
+        single = self.timing.get("timed_steps") == 1  # one timed step: nothing says it was a typical one
+        beside = self.timing.get("others", 0) > 0  # another measurement ran on this machine at the same time
+        return bool((spread is not None and spread > NOISY_SPREAD) or (share is not None and share < NOISY_CPU_SHARE)
+                    or single or beside)
 
     @property
     def fits(self) -> bool:
@@ -316,6 +326,10 @@ class ResultStore:
         written, StoreError names the path and the fix, and the line is saved to a temporary file it names.
         """
         measurement.validate()
+        problem = loss_problem(measurement.losses) if measurement.status == "ok" else None
+        if problem:  # a run that trained nothing is not a result (the child refuses it first: measure.check_sane)
+            raise NotAResult(f"{measurement.label!r} was not stored: {problem}. Lower the learning rate "
+                             f"(now {measurement.recipe.get('learning_rate')}) and measure it again.")
         line = measurement.to_json().encode() + b"\n"
         try:
             self._check_shape()
@@ -323,6 +337,8 @@ class ResultStore:
                 self._append(line)
         except StoreError as exc:
             raise StoreError(f"{exc}{_rescue(line, self.path)}") from None
+        except LockTimeout as exc:  # another process kept the store's lock past the deadline
+            raise StoreError(f"cannot write the results store now: {exc}.{_rescue(line, self.path)}") from None
         except OSError as exc:
             raise StoreError(self._explain(exc, "write") + _rescue(line, self.path)) from exc
 
@@ -431,3 +447,28 @@ def speed_words(before: Measurement, after: Measurement) -> str:
     change = after.tokens_per_s / before.tokens_per_s - 1
     spread = max([SPEED_SPREAD] + [m.timing["spread"] for m in (before, after) if m.timing.get("spread")])
     return f"speed {100 * change:+.0f}%" if abs(change) > spread else f"speed within run-to-run spread (±{100 * spread:.0f}%)"
+
+
+def measured_on(m: Measurement) -> str:
+    """When a measurement was made, as 'YYYY-MM-DD HH:MM UTC' (its stored date; 'an unknown date' without one)."""
+    import datetime as _dt
+
+    try:
+        when = _dt.datetime.fromisoformat(m.date).astimezone(_dt.timezone.utc)
+    except (TypeError, ValueError):
+        return m.date or "an unknown date"
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def from_store_note(measurements: list[Measurement]) -> str | None:
+    """The sentence that says which of these figures were read back from the results store rather than measured
+    in this run, with the date each was measured; None when all were measured now."""
+    read_back: dict[str, list[str]] = {}
+    for m in measurements:
+        if m.cached and m.source == "measured here":
+            read_back.setdefault(measured_on(m), []).append(m.label)
+    if not read_back:
+        return None
+    parts = [f"{', '.join(labels)} (measured {when})" for when, labels in read_back.items()]
+    return ("From the store, not measured in this run: " + "; ".join(parts) +
+            ". force=True (course run --force) measures again.")

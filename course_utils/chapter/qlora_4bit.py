@@ -17,7 +17,7 @@ from course_utils.common import GiB, MiB
 from course_utils.estimate import estimate, model_shapes
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement, speed_words
+from course_utils.results import Measurement, from_store_note, speed_words
 from course_utils.show.report import _joined, not_measured
 
 # --- 05: Llama-3.1-8B on a free T4 ---------------------------------------------------------------------
@@ -72,6 +72,8 @@ def closing_05(before: Measurement, after: Measurement, reference) -> str:
         f"{before.mib('parameters'):.1f} to {after.mib('parameters'):.1f} MiB and the peak from "
         f"{before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB ({after.peak_bytes / before.peak_bytes - 1:+.0%}), "
         f"{speed_words(before, after)}.")
+    stored = from_store_note([before, after])  # figures read back from the store say so, with their date
+    here = f"{here} {stored}" if stored and not skip else here
     lora, qlora = reference
     return _joined(here, f"Reference (Llama-3.1-8B, H200): parameters {lora.mib('parameters') / 1024:.1f} -> "
                    f"{qlora.mib('parameters') / 1024:.1f} GiB, peak {lora.peak_gib:.1f} -> {qlora.peak_gib:.1f} GiB, "

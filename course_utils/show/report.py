@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
-from course_utils.results import Measurement, speed_words
+from course_utils.results import Measurement, from_store_note, speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
 def _joined(*paragraphs: str) -> str:
@@ -64,7 +64,8 @@ def results_table(measurements: list[Measurement], skipped: dict[int, str] | Non
         rows.append(row + [speed, m.final_loss])
     notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
              "again (course run --force) before comparing it."] if noisy else []
-    return Table(columns, rows, notes=notes)
+    stored = from_store_note([m for i, m in enumerate(measurements) if not (skipped and i in skipped)])
+    return Table(columns, rows, notes=notes + ([stored] if stored else []))
 
 
 def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.checks import check_hardware, check_positions
-from course_utils.machine import apply_profile, device_type, rank_info
+from course_utils.machine import apply_profile, device_type, rank_info, resolve_precision
 from course_utils.models import hub_error, no_progress_bars, resolve_model, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError
 
@@ -75,8 +75,9 @@ def offload_input_embeddings(model) -> str | None:
     return f"input embedding table ({gib:.2f} GiB) kept in CPU memory; the looked-up rows go to the GPU"
 
 
-def quantization_config(recipe: Recipe, precision: str):
-    """The BitsAndBytesConfig of a 4-bit recipe (NF4, optional double quant), else None."""
+def quantization_config(recipe: Recipe, precision: str, fsdp: bool | None = None):
+    """The BitsAndBytesConfig of a 4-bit recipe (NF4, optional double quant), else None. `fsdp`: whether the
+    model is sharded by FSDP (default: this process's accelerate launch says so)."""
     if not recipe.load_in_4bit:
         return None
     import torch
@@ -85,7 +86,8 @@ def quantization_config(recipe: Recipe, precision: str):
     compute = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     # FSDP shards float tensors only: under it the packed 4-bit weights are stored in the model's dtype
     # (FSDP-QLoRA); on one GPU they stay in bitsandbytes' default uint8
-    storage = torch_dtype(precision, full_finetune=False) if fsdp_enabled() else torch.uint8
+    sharded = fsdp_enabled() if fsdp is None else fsdp
+    storage = torch_dtype(precision, full_finetune=False) if sharded else torch.uint8
     return BitsAndBytesConfig(
         load_in_4bit=True,
         bnb_4bit_quant_type="nf4",
@@ -102,26 +104,34 @@ def fsdp_enabled() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
-def load_model(recipe: Recipe, precision: str):
-    """from_pretrained with the recipe's dtype and quantization: the same call for tiny and 8B models."""
+def model_kwargs(recipe: Recipe, precision: str, fsdp: bool | None = None) -> dict:
+    """from_pretrained's keyword arguments for the recipe: the weights' dtype, the 4-bit config, the placement."""
     import torch
+
+    sharded = fsdp_enabled() if fsdp is None else fsdp
+    # this process's GPU: under `accelerate launch` each rank has set its own (distributed_rank.py)
+    device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    return dict(
+        dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
+        quantization_config=quantization_config(recipe, precision, fsdp=sharded),
+        device_map=None if sharded else {"": device},  # FSDP places (and shards) the weights
+    )
+
+
+def load_model(recipe: Recipe, precision: str, kwargs: dict | None = None):
+    """from_pretrained with the recipe's dtype and quantization: the same call for tiny and 8B models.
+    `kwargs`: from_pretrained's arguments as library_objects made them (default: model_kwargs)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 
     source = resolve_model(recipe.model)
-    # this process's GPU: under `accelerate launch` each rank has set its own (distributed_rank.py)
-    device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    kwargs = model_kwargs(recipe, precision) if kwargs is None else kwargs
     apply_profile()  # under a device profile (COURSE_PROFILE=t4): its attention kernels and memory cap
     local = Path(source).is_dir()  # a download keeps its progress bar; a local load's bar would pile up
     try:
         with no_progress_bars() if local else contextlib.nullcontext():
-            model = AutoModelForCausalLM.from_pretrained(
-                source,
-                dtype=torch_dtype(precision, full_finetune=not recipe.uses_lora),
-                quantization_config=quantization_config(recipe, precision),
-                device_map=None if fsdp_enabled() else {"": device},  # FSDP places (and shards) the weights
-            )
+            model = AutoModelForCausalLM.from_pretrained(source, **kwargs)
     except OSError as exc:  # a hub id that is gated, unknown or unreachable: one line that says what to do
         if local:
             raise
@@ -169,7 +179,9 @@ def check_lora_targets(model, targets: tuple[str, ...]) -> None:
 
 
 def lora_config(recipe: Recipe):
-    """peft's LoraConfig for the recipe."""
+    """peft's LoraConfig for the recipe, or None for a full fine-tune."""
+    if not recipe.uses_lora:
+        return None
     from peft import LoraConfig
 
     return LoraConfig(
@@ -182,15 +194,20 @@ def lora_config(recipe: Recipe):
     )
 
 
-def sft_config(recipe: Recipe, precision: str, output_dir: str):
-    """trl's SFTConfig for the recipe. Every value the chapter teaches is set explicitly.
+def sft_config(recipe: Recipe, precision: str, output_dir: str, config_class=None):
+    """trl's SFTConfig for the recipe. Every value the chapter teaches is set explicitly. `config_class=dict`
+    gives the arguments as they are passed (library_objects: an SFTConfig checks the machine, e.g. tf32's GPU).
 
     `bf16`/`fp16` are always passed: SFTConfig() turns bf16 on by default, which fails on a CPU.
     Sequences are packed into blocks of exactly max_seq_length tokens ('wrapped'), so every step
     sees the same number of tokens and the peak does not depend on which examples met in a batch.
     """
     import torch
-    from trl import SFTConfig
+
+    if config_class is None:
+        from trl import SFTConfig
+    else:
+        SFTConfig = config_class
 
     on_cpu = not torch.cuda.is_available()
     return SFTConfig(
@@ -236,6 +253,63 @@ def sft_config_kwargs_used() -> set[str]:
     return set(re.findall(r"\n\s+(\w+)=", call))
 
 
+def prepare_kbit_kwargs(recipe: Recipe) -> dict | None:
+    """peft's prepare_model_for_kbit_training(model, **these) for a 4-bit recipe that asks for it, else None (not
+    called: trl 1.x's SFTTrainer never calls it either)."""
+    if not (recipe.load_in_4bit and recipe.prepare_kbit):
+        return None
+    # peft upcasts every non-quantized weight (embeddings, norms, lm_head) to fp32 here, and by
+    # default turns on gradient checkpointing; we let the recipe decide that.
+    return dict(use_gradient_checkpointing=recipe.gradient_checkpointing,
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+@dataclass
+class LibraryObjects:
+    """What a recipe trains with, in transformers', peft's, trl's and bitsandbytes' own objects: build() uses
+    exactly these, the README's field table and the notebooks' "In your own script" cells are tested against them."""
+
+    recipe: Recipe
+    precision: str  # the resolved precision: fp32, bf16 or fp16
+    quantization_config: Any  # transformers.BitsAndBytesConfig, or None (no 4-bit loading)
+    model_kwargs: dict  # AutoModelForCausalLM.from_pretrained(model_id, **model_kwargs)
+    prepare_kbit_kwargs: dict | None  # peft.prepare_model_for_kbit_training(model, **these), or None: not called
+    lora_config: Any  # peft.LoraConfig for get_peft_model, or None (a full fine-tune: every weight trains)
+    sft_kwargs: dict  # trl.SFTConfig(**sft_kwargs), output_dir included
+    course_steps: tuple[str, ...]  # what build does that no library argument says
+
+    @property
+    def sft_config(self):
+        """trl's SFTConfig(**sft_kwargs) (made here: it checks the machine, e.g. that tf32 has its GPU)."""
+        from trl import SFTConfig
+
+        return SFTConfig(**self.sft_kwargs)
+
+
+def library_objects(recipe: Recipe, precision: str | None = None, *, output_dir: str = "course-run",
+                    fsdp: bool | None = None) -> LibraryObjects:
+    """The library objects `recipe` trains with. `precision`: the resolved one (default: the recipe's, with 'auto'
+    resolved on this machine; give 'bf16' or 'fp16' to see an 'auto' recipe as a GPU trains it). `fsdp`: whether
+    FSDP shards the model (default: this process's accelerate launch says so). No hardware is checked here."""
+    if precision is None:
+        precision = resolve_precision(recipe.precision) if recipe.precision == "auto" else recipe.precision
+    elif recipe.precision not in ("auto", precision):
+        raise RecipeError(f"library_objects: the recipe says precision={recipe.precision!r}, not {precision!r}; "
+                          "give precision only to resolve 'auto'.")
+    kwargs = model_kwargs(recipe, precision, fsdp=fsdp)
+    steps = ["packed blocks shorter than max_length are dropped",
+             "the data is cut to whole optimizer steps (micro_batch x grad_accum blocks)"]
+    if recipe.load_in_4bit and precision != "bf16":
+        steps.append("trainable bf16 weights (trl's LoRA cast on 4-bit models) are recast to fp32")
+    if recipe.offload_embeddings:
+        steps.append("the input embedding table is kept in CPU memory (course hooks, build.offload_input_embeddings)")
+    return LibraryObjects(
+        recipe=recipe, precision=precision, quantization_config=kwargs["quantization_config"], model_kwargs=kwargs,
+        prepare_kbit_kwargs=prepare_kbit_kwargs(recipe), lora_config=lora_config(recipe),
+        sft_kwargs=sft_config(recipe, precision, output_dir, dict),
+        course_steps=tuple(steps))
+
+
 def training_dataset(recipe: Recipe):
     """The chapter's data, dolly-style instructions, as one "text" column.
 
@@ -264,16 +338,11 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     profile_note = apply_profile()
     if profile_note:
         notes.append(profile_note)
-    model, tokenizer = load_model(recipe, precision)
+    objects = library_objects(recipe, precision, output_dir=output_dir or tempfile.mkdtemp(prefix="course-run-"))
+    model, tokenizer = load_model(recipe, precision, objects.model_kwargs)
 
-    if recipe.load_in_4bit and recipe.prepare_kbit:
-        # peft upcasts every non-quantized weight (embeddings, norms, lm_head) to fp32 here, and by
-        # default turns on gradient checkpointing; we let the recipe decide that.
-        model = prepare_model_for_kbit_training(
-            model,
-            use_gradient_checkpointing=recipe.gradient_checkpointing,
-            gradient_checkpointing_kwargs={"use_reentrant": False},
-        )
+    if objects.prepare_kbit_kwargs is not None:
+        model = prepare_model_for_kbit_training(model, **objects.prepare_kbit_kwargs)
         notes.append("prepare_model_for_kbit_training upcast the non-quantized weights to fp32")
 
     if recipe.offload_embeddings and not recipe.uses_lora:
@@ -282,14 +351,14 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
     if recipe.uses_lora:
         check_lora_targets(model, recipe.lora_targets)
         set_seed(recipe.seed)  # LoRA's initial weights come from the global generator
-        model = get_peft_model(model, lora_config(recipe))
+        model = get_peft_model(model, objects.lora_config)
     else:
         for p in model.parameters():
             p.requires_grad_(True)
 
     import datasets
 
-    args = sft_config(recipe, precision, output_dir or tempfile.mkdtemp(prefix="course-run-"))
+    args = objects.sft_config
     data = dataset if dataset is not None else training_dataset(recipe)
     key = _packed_key(data, tokenizer, args)
     packed = _PACKED.get(key) if key is not None else None

@@ -15,6 +15,7 @@ from course_utils.common import GiB, MiB  # noqa: F401  (hardware.GiB, hardware.
 from course_utils import distributed, measure
 from course_utils.checks import check_positions
 from course_utils.child import MeasurementError
+from course_utils.cli_config import config_estimate
 from course_utils.cli_recipe import (add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe,
                                      value_flags)
 from course_utils.distributed import fsdp_ready, rank_table
@@ -183,6 +184,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     """Print the expected-memory table, or (with --model) one recipe's estimate and its arithmetic."""
 
     try:
+        if args.config is not None:  # a trl sft --config file (course_utils/cli_config.py)
+
+            print(config_estimate(args))
+            return 0
         if args.model is None:
             if args.gpus > 1 or args.strategy is not None:
                 raise EstimateError("--gpus and --strategy estimate one recipe per GPU: give it with --model "
@@ -260,6 +265,9 @@ def _add_estimate_and_plan(sub) -> None:
                      help="a preset (llama-3.1-8b, ...), 'tiny', or a local folder / cached hub id; "
                           "without it, print the expected-memory table")
     est.add_argument("--source", action="store_true", help="start from the source chapter's complete recipe")
+    est.add_argument("--config", default=None, metavar="FILE",
+                     help="a `trl sft --config` YAML file: its model and recipe, read as trl's sft script trains them "
+                          "(settings the course does not model are named: an error, or a warning when harmless)")
     est.add_argument("--hardware", **hardware)
     est.add_argument("--gpus", type=_gpu_count, default=1, help="GPUs that train together: the estimate per GPU")
     est.add_argument("--strategy", choices=("ddp", "fsdp"), default=None,

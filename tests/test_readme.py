@@ -15,7 +15,9 @@ from course_utils.chapter import texts
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the_shipped_records",
-                    "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed"}
+                    "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed",
+                    "library-table": "tests/test_library_objects.py::test_readme_field_table_is_generated",
+                    "config-estimates": "tests/test_from_library.py::test_readme_config_estimates_are_printed"}
 TESTED_HERE = {"ladder-table", "beyond-table", "peer-table"}
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_utils import machine
+from course_utils.chapter.exercise_library import answer_recipe, is_library_answer, solution_lines
 from course_utils.common import GiB, MiB
 from course_utils.estimate import EstimateError, estimate, load_config
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
@@ -272,8 +273,11 @@ class Exercise:
 
     def check(self, answer: Recipe, base: Recipe, hardware: str | None = None) -> Verdict:
         """Whether `answer` holds, decided by the estimator, with the figures it decided on."""
+        start = self.start(_recipe(base, "base"))
+        if self.answer_kind != "gpus" and is_library_answer(answer):  # SFTConfig / LoraConfig / BitsAndBytesConfig
+            answer = answer_recipe(answer, start, self.hw(hardware))
         answer = answer if self.answer_kind == "gpus" else _recipe(answer, "answer")
-        return self.checker(answer, self.start(_recipe(base, "base")), self.hw(hardware))
+        return self.checker(answer, start, self.hw(hardware))
 
     @property
     def answer_hint(self) -> str:
@@ -300,7 +304,8 @@ class Exercise:
 def _recipe(value, what: str) -> Recipe:
     """`value` when it is a Recipe, else an ExerciseError that says what to pass."""
     if not isinstance(value, Recipe):
-        raise ExerciseError(f"{what} must be a Recipe, such as base.with_(gradient_checkpointing=True); got "
+        raise ExerciseError(f"{what} must be a Recipe, such as base.with_(gradient_checkpointing=True), or the "
+                            "libraries' objects (an SFTConfig, a LoraConfig, a BitsAndBytesConfig, or a tuple); got "
                             f"{type(value).__name__} {value!r:.60}.")
     return value
 
@@ -342,9 +347,12 @@ def show_solution(notebook: str, base: Recipe, hardware: str | None = None) -> S
     """The worked solution's code, folded away in Jupyter (click to open), as text elsewhere."""
     ex = exercise(notebook)
     code, how = ex.code(base, hardware), f"How it was found: {ex.how}."
-    return Shown(text=wrap(f"Worked solution:\n{code}\n{how}"),
+    lines = [] if ex.answer_kind == "gpus" else solution_lines(ex.start(base), ex.solution(base, hardware), ex.hw(hardware))
+    script = "\n".join(lines)  # the same answer in the libraries' own code (exercise_library)
+    return Shown(text=wrap(f"Worked solution:\n{code}\n{how}" + (f"\nIn your own script:\n{script}" if lines else "")),
                  html=f"<details><summary>Worked solution (click to open)</summary><pre>{html.escape(code)}</pre>"
-                      f"<p>{html.escape(how)}</p></details>")
+                      f"<p>{html.escape(how)}</p>" + (f"<p>In your own script:</p><pre>{html.escape(script)}</pre>"
+                                                      if lines else "") + "</details>")
 
 
 def check_exercise(notebook: str, answer: Recipe | None, base: Recipe, hardware: str | None = None) -> Verdict:

@@ -126,9 +126,13 @@ def multi_gpu_path(use_llama_8b: bool = False) -> RunPath:
         recipe = Recipe(model=model, micro_batch=2, max_seq_length=64, steps=3, warmup_steps=1, lora_dropout=0.0,
                         learning_rate=1e-3, label="per-GPU recipe")
         return RunPath(model, GPUS, "cpu", recipe)
-    recipe = Recipe(model=model, load_in_4bit=use_llama_8b, prepare_kbit=False, precision="auto",
-                    gradient_checkpointing=True, micro_batch=4, max_seq_length=512, steps=6, label="per-GPU recipe")
-    return RunPath(model, GPUS, "cuda", recipe)
+    return RunPath(model, GPUS, "cuda", gpu_recipe(model, four_bit=use_llama_8b))
+
+
+def gpu_recipe(model: str, four_bit: bool) -> Recipe:
+    """Notebook 09's per-GPU recipe on GPUs (QLoRA for Llama-3.1-8B; its "In your own script" cell shows it)."""
+    return Recipe(model=model, load_in_4bit=four_bit, prepare_kbit=False, precision="auto",
+                  gradient_checkpointing=True, micro_batch=4, max_seq_length=512, steps=6, label="per-GPU recipe")
 
 
 def run_both(path: RunPath, store=None):

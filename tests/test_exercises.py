@@ -7,6 +7,7 @@ notebooks. Estimator only (the tiny model's estimate is exact on this CPU, tests
 from __future__ import annotations
 
 import ast
+import html
 import dataclasses
 import importlib.util
 import json
@@ -58,12 +59,15 @@ def test_the_worked_solution_passes_its_check(base, name):
 
 
 @pytest.mark.parametrize("name", list(EXERCISES))
-def test_no_answer_checks_the_worked_solution_and_says_so(base, name):
+def test_no_answer_checks_the_worked_solution_and_hides_it(base, name):
     verdict = check_exercise(name, None, base, "cpu")
-    assert verdict.passed
+    assert not verdict.passed  # no answer is not a right answer
     text = str(verdict)
-    assert text.startswith("No answer yet: here is the worked solution, checked.")
-    assert exercise(name).code(base, "cpu") in text and "Holds: " in text
+    assert text.startswith("Not yet: no answer yet. Write yours in the `answer =` cell")
+    assert "the worked solution passes this check here" in text
+    ex = exercise(name)
+    assert ex.code(base, "cpu") not in text and ex.how not in text
+    assert not any(line.lstrip().startswith("answer =") for line in text.splitlines())
     assert max(len(line) for line in text.splitlines()) <= WIDTH
 
 
@@ -189,17 +193,38 @@ def test_the_solutions_hold_for_a_gpus_base_recipe(model, hardware):
 
     gpu_base = base_recipe_for(model, "cuda")
     for name in EXERCISES:
-        assert check_exercise(name, None, gpu_base, hardware), name
+        ex = exercise(name)
+        assert ex.check(ex.solution(gpu_base, hardware), gpu_base, hardware), name
+        check_exercise(name, None, gpu_base, hardware)  # raises ExerciseError if the solution fails its check
 
 
-def test_shown_text_fits_and_the_solution_is_folded(base):
+def test_shown_text_fits_and_the_solution_shows_only_when_asked(base):
+    from course_utils.chapter.solution_reveal import BUTTON, SolutionReveal
+    from course_utils.chapter.quiz.static_copy import WIDGET_VIEW
+
     for name in EXERCISES:
-        task, solution = show_exercise(name, base, "cpu"), show_solution(name, base, "cpu")
-        for shown in (task, solution):
-            assert max(len(line) for line in repr(shown).splitlines()) <= WIDTH, name
+        code = exercise(name).code(base, "cpu")
+        task, button = show_exercise(name, base, "cpu"), show_solution(name, base, "cpu")
         assert task._repr_markdown_().startswith("**Try it: ") and task._repr_html_() is None
+        # not asked: a button, and nothing of the solution in its static copy or its widgets' state
+        assert isinstance(button, SolutionReveal) and not button.revealed
+        bundle = button._repr_mimebundle_()
+        assert bundle[WIDGET_VIEW]["model_id"] == button.model_id
+        shown = bundle["text/plain"] + bundle["text/markdown"] + button.solution.value
+        assert code not in shown and "answer =" not in shown and BUTTON in shown
+        assert f'show_solution("{name}", {exercise(name).base_name}, reveal=True)' in bundle["text/plain"].replace(
+            "\n  ", " ")
+        for shown in (task, button):
+            assert max(len(line) for line in repr(shown).splitlines()) <= WIDTH, name
+        # asked: the button shows it (open) and goes; reveal=True returns it
+        button.button.click()
+        assert button.revealed and button.button.layout.display == "none"
+        assert button.solution.value.startswith("<details open><summary>Worked solution")
+        assert html.escape(code) in button.solution.value
+        solution = show_solution(name, base, "cpu", reveal=True)
         assert solution._repr_html_().startswith("<details><summary>Worked solution")
-        assert exercise(name).code(base, "cpu") in repr(solution)
+        assert code in repr(solution)
+        assert max(len(line) for line in repr(solution).splitlines()) <= WIDTH, name
 
 
 # --- the insert script -------------------------------------------------------------------------------------
@@ -267,6 +292,7 @@ def test_the_script_keeps_outputs_and_replaces_a_stale_block(tmp_path, script):
 def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
     """The exercise cells as a notebook runs them (base, chapter and path as the notebooks define them)."""
     from course_utils.chapter import beyond_the_recipe as beyond
+    from course_utils.chapter.solution_reveal import SolutionReveal
 
     paths = _copy(tmp_path)
     script.main([str(p) for p in paths])
@@ -280,8 +306,8 @@ def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
             if last is not None:
                 shown.append(eval(compile(ast.Expression(last.value), p.name, "eval"), scope))
         task, solution, verdict = shown
-        assert isinstance(task, X.Shown) and isinstance(solution, X.Shown) and scope["answer"] is None
-        assert verdict.passed and "worked solution, checked" in str(verdict), p.name
+        assert isinstance(task, X.Shown) and isinstance(solution, SolutionReveal) and scope["answer"] is None
+        assert not verdict.passed and "the worked solution passes this check here" in str(verdict), p.name
 
 
 def test_the_exercise_modules_stay_small():

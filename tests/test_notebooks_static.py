@@ -127,9 +127,23 @@ def test_thin_cell_rule_catches_a_def_and_a_long_cell():
 def test_committed_executed_with_a_checked_cell(path):
     nb = _load(path)
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
-    assert any("".join(c["source"]).startswith("# NBVAL_CHECK_OUTPUT") for c in code)
+    assert any("nbval-check-output" in c["metadata"].get("tags", []) for c in code)
     assert any(c.get("outputs") for c in code), f"{path.name} is committed without outputs"
     assert any("image/png" in o.get("data", {}) for c in code for o in c.get("outputs", [])), "no plot"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_nbval_markers_are_cell_tags_not_code_comments(path):
+    """What nbval should do with a cell is a tag (nbval-check-output, nbval-ignore-output, nbval-skip,
+    raises-exception), which the learner does not read as code; no `# NBVAL_...` comment is left."""
+    from nbval.plugin import comment_markers, find_comment_markers, metadata_tags
+
+    for n, cell in enumerate(c for c in _load(path)["cells"] if c["cell_type"] == "code"):
+        source = "".join(cell["source"])
+        assert not list(find_comment_markers(source)), f"{path.name} code cell {n}: an nbval comment"
+        assert not any(marker in source for marker in comment_markers), f"{path.name} code cell {n}"
+        unknown = [t for t in cell["metadata"].get("tags", []) if t.startswith("nbval") and t not in metadata_tags]
+        assert not unknown, f"{path.name} code cell {n}: tags nbval does not know: {unknown}"
 
 
 def test_badges_are_up_to_date():
@@ -177,66 +191,107 @@ def test_the_version_is_written_once():
 
 def test_setup_cell_guards():
     source = setup_cell()
-    assert len(source.splitlines()) <= 25, "keep the setup cell short enough to read"
+    lines = source.splitlines()
+    # one screen: at most 25 lines, none cut off at the right edge (about 118 characters show at 1366 px)
+    assert len(lines) <= 25 and max(map(len, lines)) <= 100, "keep the setup cell on one screen"
+    assert lines[0].startswith("#@title Setup"), "Colab folds a form cell to its #@title line"
     ast.parse(source)
     # a pip constraints file pins Colab's own torch, numpy and ipywidgets
     assert '("torch", "numpy", "ipywidgets")' in source and '"-c", constraints.name' in source
-    # pip's output is captured and shown when it fails, not a bare CalledProcessError
-    assert "stderr=subprocess.STDOUT" in source and "check=True" not in source
-    assert "print(tail" in source and "raise RuntimeError" in source
+    # pip's output is shown line by line while it runs; when it fails, pip's own error lines, no guessed cause
+    assert "subprocess.Popen(" in source and "stderr=subprocess.STDOUT" in source and "check=True" not in source
+    assert "raise RuntimeError" in source and "network" not in source.lower()
     # the learner is told whether to restart
     assert "Restart the runtime (Runtime > Restart session)" in source and "no restart needed" in source
 
 
-def _run_setup_cell(monkeypatch, fake_run, colab: bool = True) -> dict:
-    """Execute the setup cell's code as a kernel would, with subprocess.run replaced by a fake pip."""
+def _run_setup_cell(monkeypatch, fake_popen, colab: bool = True) -> dict:
+    """Execute the setup cell's code as a kernel would, with subprocess.Popen replaced by a fake pip."""
     if colab:
         monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab-test")
     else:
         monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
     namespace = {"__name__": "__main__"}
     exec(compile(setup_cell(), "<setup cell>", "exec"), namespace)
     return namespace
 
 
 class FakePip:
-    """Stands in for subprocess.run: records the call and the constraints file it names, then answers
-    like pip (stderr goes where the caller sent it: into stdout when told stderr=STDOUT)."""
+    """Stands in for subprocess.Popen: records the call and the constraints file it names, then answers
+    like pip, its lines one at a time (stderr goes where the caller sent it: into stdout when told
+    stderr=STDOUT). `streamed` records what the cell had printed when each line was read: pip's progress
+    shows while pip runs, not after."""
 
-    def __init__(self, returncode: int, stdout: str = "", stderr: str = "", on_run=None):
-        self.returncode, self.stdout, self.stderr, self.on_run = returncode, stdout, stderr, on_run
-        self.calls = []
+    def __init__(self, returncode: int, stdout: str = "", stderr: str = "", on_run=None, capsys=None):
+        self.code, self.out, self.err, self.on_run, self.capsys = returncode, stdout, stderr, on_run, capsys
+        self.calls, self.streamed = [], []
         self.constraints = None
 
     def __call__(self, cmd, **kwargs):
         self.calls.append((cmd, kwargs))
-        assert cmd[1:4] == ["-m", "pip", "install"]
+        assert cmd[1:4] == ["-m", "pip", "install"] and kwargs.get("text") is True
         self.constraints = Path(cmd[cmd.index("-c") + 1]).read_text().split()
         if self.on_run:
             self.on_run()
         merged = kwargs.get("stderr") == subprocess.STDOUT
-        return subprocess.CompletedProcess(cmd, self.returncode, stdout=self.stdout + (self.stderr if merged else ""),
-                                           stderr=None if merged else self.stderr)
+        text = self.out + (self.err if merged else "")
+        fake = self
+
+        class Process:
+            returncode = None
+
+            @property
+            def stdout(self):
+                for line in text.splitlines(keepends=True):
+                    if fake.capsys is not None:
+                        fake.streamed.append(fake.capsys.readouterr().out)
+                    yield line
+
+            def wait(self):
+                self.returncode = fake.code
+                return fake.code
+
+        return Process()
 
 
 CONFLICT = ("ERROR: Cannot install memory-efficient-training because these package versions have conflicting "
             "dependencies.\n\nThe conflict is caused by:\n    memory-efficient-training 0.1.0 depends on torch<3 and >=2.4\n"
             "    The user requested (constraint) torch==2.0.1\n")
+# pip 25, asked for a tag the repository does not have (the learner-view review's case)
+NO_TAG = ("Collecting memory-efficient-training@ git+https://github.com/llm-course/memory-efficient-training@v0.1.0\n"
+          "  Cloning https://github.com/llm-course/memory-efficient-training (to revision v0.1.0) to /tmp/pip-req\n"
+          "  WARNING: Did not find branch or tag 'v0.1.0', assuming revision or ref.\n"
+          "  Running command git checkout -q v0.1.0\n"
+          "  error: pathspec 'v0.1.0' did not match any file(s) known to git\n"
+          "  error: subprocess-exited-with-error\n"
+          "ERROR: Failed to build installable wheels for some pyproject.toml based projects\n")
 
 
-def test_setup_cell_shows_pips_output_when_pip_fails(monkeypatch, capsys):
-    pip = FakePip(1, stdout="Collecting memory-efficient-training[colab]\n", stderr=CONFLICT)
+def test_setup_cell_shows_pips_output_as_it_runs_and_its_error_lines_when_it_fails(monkeypatch, capsys):
+    pip = FakePip(1, stdout="Collecting memory-efficient-training[colab]\n", stderr=CONFLICT, capsys=capsys)
     with pytest.raises(RuntimeError) as err:
         _run_setup_cell(monkeypatch, pip)
-    shown = capsys.readouterr().out
+    shown = "".join(pip.streamed) + capsys.readouterr().out
+    assert "Collecting memory-efficient-training" in pip.streamed[1]  # printed before pip's next line came
     assert "Collecting memory-efficient-training" in shown and CONFLICT.strip() in shown  # pip's stdout and stderr
+    errors = shown.split("pip's own error lines:")[1].strip().splitlines()
+    assert errors[0].startswith("ERROR: Cannot install memory-efficient-training")  # from pip's first error line
     message = str(err.value)
-    assert "pip failed (exit 1)" in message
-    assert "ERROR: Cannot install memory-efficient-training because these package versions" in message
-    assert "Run this cell again" in message and "report it" in message
+    assert message.startswith("pip failed (exit 1): ERROR: Cannot install memory-efficient-training because")
+    assert "network" not in message.lower() and "conflict with Colab" not in message  # no guessed cause
     assert len(pip.calls) == 1
+
+
+def test_setup_cell_quotes_pips_lowercase_error_lines(monkeypatch, capsys):
+    """git's `error:` lines (a missing tag) are pip's error lines too: the message quotes the first."""
+    pip = FakePip(1, stdout=NO_TAG)
+    with pytest.raises(RuntimeError) as err:
+        _run_setup_cell(monkeypatch, pip)
+    assert str(err.value).startswith("pip failed (exit 1): error: pathspec 'v0.1.0' did not match any file(s)")
+    errors = capsys.readouterr().out.split("pip's own error lines:")[1].strip().splitlines()
+    assert errors == [line.strip() for line in NO_TAG.splitlines()[4:]]
 
 
 def test_setup_cell_pins_colabs_packages_and_says_no_restart_is_needed(monkeypatch, capsys):
@@ -248,7 +303,8 @@ def test_setup_cell_pins_colabs_packages_and_says_no_restart_is_needed(monkeypat
     assert cmd[0] == sys.executable and cmd[-1].endswith(f"@v{__version__}")
     assert pip.constraints == [f"{name}=={metadata.version(name)}" for name in KEPT]  # all three installed here
     out = capsys.readouterr().out
-    assert out.strip().splitlines() == [
+    assert out.strip().splitlines() == [  # pip's own lines, then the cell's
+        "Successfully installed memory-efficient-training-0.1.0",
         f"installed memory-efficient-training v{__version__}, keeping {', '.join(pip.constraints)}; no restart needed."]
 
 

@@ -188,6 +188,16 @@ def test_course_notebook_run_all_then_its_quiz(lab, browser):
                     if not c.metadata.get("jupyter", {}).get("source_hidden")]
         prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputArea-prompt").all_text_contents()
         assert [p.strip() for p in prompts] == expected
+        # nothing given away: after Run All the worked solution is a button, and shows only when pressed
+        from course_utils.chapter.exercises import exercise
+        from course_utils.recipe import base_recipe_for
+
+        code = exercise(RUN_ALL).code(base_recipe_for("tiny", "cpu"), "cpu")
+        notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+        assert _normal(code) not in _normal(notebook.inner_text())
+        page.locator("button.course-solution-button").click()
+        expect(page.locator(".course-solution")).to_contain_text(code)
+        expect(page.locator("button.course-solution-button")).to_be_hidden()
         quiz = page.locator(".course-quiz")
         expect(quiz).to_have_count(1)  # shown once, live
         score = quiz.locator(".course-quiz-score")

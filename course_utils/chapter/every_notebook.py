@@ -84,37 +84,44 @@ REPOSITORY = "github.com/llm-course/memory-efficient-training"
 RELEASE_TAG = f"v{__version__}"  # from the one version number, course_utils.__version__
 
 # Every notebook's first code cell, written by scripts/notebooks/update_badges.py (its --check fails on a stale
-# one). It imports nothing heavy: torch and the course are not importable before it has run.
+# one). It imports nothing heavy: torch and the course are not importable before it has run. It fits one
+# screen (at most 25 lines of at most 100 characters), and Colab shows it folded to its #@title line
+# (SETUP_CELL_METADATA: Colab's "form" view).
 # On Colab it installs the course at RELEASE_TAG with a pip constraints file that pins Colab's own
-# torch, numpy and ipywidgets to the versions installed, so pip cannot replace them (if the course's
-# pins cannot be met with them, pip fails and the cell says so); it shows pip's output only when pip
-# fails, and says whether the runtime needs a restart: it does when pip changed a distribution whose
-# module this kernel has already imported.
-SETUP_CELL = Template(r"""# Setup. On Colab, install this course's pinned packages at its release tag; Colab's own torch, numpy
-# and ipywidgets stay as they are (a pip constraint). Anywhere else this cell does nothing (README.md).
+# torch, numpy and ipywidgets to the versions installed, so pip cannot replace them; it prints pip's
+# output line by line while pip runs (its progress); when pip fails, it prints pip's own error lines
+# again, from its first `error` line, and raises with the first of them (no guessed cause); and it says
+# whether the runtime needs a restart: it does when pip changed a distribution whose module this
+# kernel has already imported.
+SETUP_CELL = Template(r"""#@title Setup: on Colab, install the course (release $tag); elsewhere this cell does nothing
+# It keeps Colab's torch, numpy and ipywidgets as they are (a pip constraint); README.md says more.
 import os, subprocess, sys, tempfile
-from importlib import metadata
-
+from importlib import metadata as md
 if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
-    SPEC = "memory-efficient-training[colab] @ $install_url"
-    versions = lambda: dict(reversed([(d.metadata.get("Name", "").lower(), d.version) for d in metadata.distributions()]))
-    before = versions()
-    keep = [f"{name}=={before[name]}" for name in ("torch", "numpy", "ipywidgets") if name in before]
+    url = "$install_url"
+    have = lambda: {str(d.metadata["Name"]).lower(): d.version for d in [*md.distributions()][::-1]}
+    before = have()
+    keep = [f"{n}=={before[n]}" for n in ("torch", "numpy", "ipywidgets") if n in before]
     with tempfile.NamedTemporaryFile("w", suffix="-constraints.txt", delete=False) as constraints:
         constraints.write("\n".join(keep) + "\n")
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-c", constraints.name, SPEC],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if pip.returncode != 0:
-        print(tail := "\n".join(pip.stdout.splitlines()[-40:]))
-        errors = " ".join(line for line in tail.splitlines() if line.startswith("ERROR"))
-        raise RuntimeError(f"pip failed (exit {pip.returncode}): {errors} (output above). A network error? Run this "
-                           f"cell again. A conflict with Colab's {', '.join(keep)}? The course's pins do not accept them; "
-                           "please report it, with that output, at $issues_url")
-    changed = {name for name, version in versions().items() if before.get(name) != version}
-    stale = sorted({d for m, ds in metadata.packages_distributions().items() if m in sys.modules
+    pip = subprocess.Popen([sys.executable, "-m", "pip", "install", "-c", constraints.name,
+                            f"memory-efficient-training[colab] @ {url}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = [print(line, end="") or line.strip() for line in pip.stdout]  # pip's progress, live
+    if pip.wait():
+        out = out[next((i for i, s in enumerate(out) if s[:5].lower() == "error"), -9):] or [""]
+        print("\npip's own error lines:", *out, sep="\n")
+        raise RuntimeError(f"pip failed (exit {pip.returncode}): {out[0]} (see pip's lines above)")
+    changed = {n for n, v in have().items() if before.get(n) != v}
+    stale = sorted({d for m, ds in md.packages_distributions().items() if m in sys.modules
                     for d in ds if d.lower() in changed})
-    print(f"installed memory-efficient-training $tag, keeping {', '.join(keep)}" + ("; no restart needed." if not stale else
-          f".\nRestart the runtime (Runtime > Restart session), then run the notebook from the next cell ({', '.join(stale)} changed)."))""")
+    note = (".\nRestart the runtime (Runtime > Restart session), then run the notebook from "
+            f"the next cell ({', '.join(stale)} changed).") if stale else "; no restart needed."
+    print(f"installed memory-efficient-training $tag, keeping {', '.join(keep)}" + note)""")
+SETUP_CELL_METADATA = {"cellView": "form"}  # Colab folds the cell to its #@title line
+# Every notebook's metadata asks Colab for a GPU runtime, a T4 (the free one), as Unsloth's notebooks do;
+# without it Colab opens a CPU runtime. scripts/notebooks/update_badges.py writes it.
+COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
 
 def install_url() -> str:
@@ -124,7 +131,7 @@ def install_url() -> str:
 
 def setup_cell() -> str:
     """The source of every notebook's Colab setup cell (its first code cell)."""
-    return SETUP_CELL.substitute(install_url=install_url(), tag=RELEASE_TAG, issues_url=f"https://{REPOSITORY}/issues")
+    return SETUP_CELL.substitute(install_url=install_url(), tag=RELEASE_TAG)
 
 SMALL_HUB_MODEL = "HuggingFaceTB/SmolLM2-360M"  # ungated, Llama architecture, fits a free T4 easily
 SMALL_PRESET = "smollm2-360m"  # its shape with random weights (models.PRESETS), when the hub cannot be reached

@@ -343,9 +343,16 @@ def show_exercise(notebook: str, base: Recipe, hardware: str | None = None) -> S
                  markdown=f"**Try it: {ex.title}**\n\n{task}\n\n{foot}")
 
 
-def show_solution(notebook: str, base: Recipe, hardware: str | None = None) -> Shown:
-    """The worked solution's code, folded away in Jupyter (click to open), as text elsewhere."""
+def show_solution(notebook: str, base: Recipe, hardware: str | None = None, reveal: bool = False):
+    """The worked solution, only when the learner asks: a "Show the worked solution" button
+    (course_utils.solution_reveal; its static copy says how to ask), or with `reveal=True` the solution's
+    code itself, folded away in Jupyter (click to open), as text elsewhere."""
+    from course_utils.chapter.solution_reveal import SolutionReveal
+
     ex = exercise(notebook)
+    if not reveal:
+        return SolutionReveal(notebook, lambda: show_solution(notebook, base, hardware, reveal=True).html,
+                              base_name=ex.base_name)
     code, how = ex.code(base, hardware), f"How it was found: {ex.how}."
     lines = [] if ex.answer_kind == "gpus" else solution_lines(ex.start(base), ex.solution(base, hardware), ex.hw(hardware))
     script = "\n".join(lines)  # the same answer in the libraries' own code (exercise_library)
@@ -356,8 +363,8 @@ def show_solution(notebook: str, base: Recipe, hardware: str | None = None) -> S
 
 
 def check_exercise(notebook: str, answer: Recipe | None, base: Recipe, hardware: str | None = None) -> Verdict:
-    """Check the learner's answer; with `answer is None`, check the worked solution instead (and say so), raising
-    ExerciseError if the worked solution fails its own check."""
+    """Check the learner's answer; with `answer is None`, check the worked solution without showing it (the verdict
+    asks for an answer), raising ExerciseError if the worked solution fails its own check."""
     ex = exercise(notebook)
     if answer is not None:
         return ex.check(answer, base, hardware)
@@ -365,5 +372,8 @@ def check_exercise(notebook: str, answer: Recipe | None, base: Recipe, hardware:
     if not verdict:
         raise ExerciseError(f"The worked solution of {notebook} fails its own check here ({verdict.title}); "
                             "please report it, with this notebook's first cells' output.")
-    return dataclasses.replace(verdict, note="No answer yet: here is the worked solution, checked.\n"
-                                             + ex.code(base, hardware))
+    # the worked solution holds (checked above), but it stays hidden: nothing of it is printed here
+    return Verdict(False, f"no answer yet. Write yours in the `answer =` cell (answer = {ex.answer_hint}), run "
+                          "it, then run this cell again",
+                   ("the worked solution passes this check here; it shows only when you ask for it (the "
+                    '"Show the worked solution" button above)',))

@@ -4,8 +4,9 @@ Markdown cell that says "Check what you measured".
 The exercise is five cells, each tagged "exercise": a "## Try it" Markdown cell; a code cell that shows the
 task (`show_exercise`, whose figures come from the notebook's base recipe: a Markdown cell cannot compute);
 `answer = None`, for the learner's recipe; a collapsed solution cell (tags exercise + solution, source
-hidden) that shows the worked solution's code; and the check cell (`check_exercise`), which checks the
-worked solution while `answer` is None, so the notebook passes under nbval.
+hidden) whose button shows the worked solution when the learner asks (nothing of it is in an output
+before); and the check cell (`check_exercise`), which, while `answer` is None, checks the worked solution
+without showing it (so the notebook still tests it under nbval) and asks for an answer.
 
 Idempotent: the cells tagged "exercise" are taken out and the block is put back before the quiz; a cell
 whose source and tags are already right is kept as it is, with its outputs and id. Nothing is executed.
@@ -34,7 +35,7 @@ INTRO = """## Try it
 A short task on this notebook's technique, set from this notebook's own recipe: the next cell shows it,
 with its figures computed when it runs. Write your answer as a recipe in `answer`, then run the check:
 it estimates your recipe with the course's estimator and says why it holds or not. The worked solution
-is in the collapsed cell after `answer`; while `answer` is `None`, the check runs on it."""
+shows only when you ask for it: the cell after `answer` has a button (try the task first)."""
 
 
 def block(ex: Exercise) -> list[tuple[str, str, dict]]:

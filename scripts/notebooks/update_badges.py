@@ -1,7 +1,8 @@
-"""Rewrite every notebook's "Open in Colab" badge and its Colab setup cell (the first code cell) from
-course_utils/chapter/every_notebook.py: the badge from REPOSITORY and RELEASE_TAG, the setup cell from the one template
-SETUP_CELL (which installs REPOSITORY at RELEASE_TAG, v + course_utils.__version__). Run it after
-changing any of those:
+"""Rewrite every notebook's "Open in Colab" badge, its Colab setup cell (the first code cell) and its Colab
+metadata from course_utils/chapter/every_notebook.py: the badge from REPOSITORY and RELEASE_TAG, the setup cell from the one
+template SETUP_CELL (which installs REPOSITORY at RELEASE_TAG, v + course_utils.__version__) with its
+SETUP_CELL_METADATA (Colab's form view), and COLAB_METADATA in the notebook's metadata (a T4 GPU runtime, as
+Unsloth's notebooks ask for one). Run it after changing any of those:
 
     python scripts/notebooks/update_badges.py          # rewrite in place
     python scripts/notebooks/update_badges.py --check  # exit 1 if any notebook is out of date
@@ -18,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from course_utils.chapter.every_notebook import colab_url, setup_cell  # noqa: E402
+from course_utils.chapter.every_notebook import COLAB_METADATA, SETUP_CELL_METADATA, colab_url, setup_cell  # noqa: E402
 
 BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]\([^)]*\)")
 
@@ -44,6 +45,8 @@ def rewrite(nb_path: Path) -> bool:
         raise SystemExit(f"{rel}: the first code cell is not the Colab setup cell; add one (any old one) first")
     setup["source"] = setup_cell().splitlines(keepends=True)
     setup["outputs"] = []
+    setup["metadata"] = {**setup.get("metadata", {}), **SETUP_CELL_METADATA}
+    nb["metadata"] = {**COLAB_METADATA, **{k: v for k, v in nb["metadata"].items() if k not in COLAB_METADATA}}
     out = json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
     if out != text:
         nb_path.write_text(out)

@@ -98,12 +98,36 @@ def quiz_markdown(title: str, questions: Sequence[Question]) -> str:
 
 
 # --- the widget ----------------------------------------------------------------------------------
-_GREEN, _RED, _GREY = "#1a7f37", "#cf222e", "#57606a"
+_GREEN, _RED = "#1a7f37", "#cf222e"
+# Instructions and notes in the page's own text colour (JupyterLab's theme variable; elsewhere, Colab's
+# included, the inherited colour), so that they read in light and dark themes alike: no fixed grey.
+_NOTE = "var(--jp-content-font-color1, inherit)"
+# Long choices wrap inside their own row. Both ipywidgets 7.7 (Colab's) and 8 draw a radio choice as a
+# <label> of one fixed line height in `.widget-radio-box` (8 adds `.jupyter-widget-radio-box`) and a
+# checkbox as `.widget-checkbox` of one fixed height with a one-line label: a longer choice wrapped
+# onto the next one. This style, scoped to the quiz, lets each row grow with its text, its radio button or
+# checkbox first (8 puts the radio after the text in the DOM, and its `float: left` does not act in a flex
+# row) (tests/test_quiz_layout_browser.py measures it with the longest choice of every bank).
+_WRAP_STYLE = """<style>
+.course-quiz .widget-radio-box label, .course-quiz .jupyter-widget-radio-box label {
+  height: auto; min-height: var(--jp-widgets-radio-item-height, 24px); line-height: 1.4;
+  white-space: normal; overflow: visible; display: flex; align-items: flex-start; padding: 3px 0; }
+.course-quiz .widget-radio-box input, .course-quiz .jupyter-widget-radio-box input {
+  flex: 0 0 auto; order: -1; height: auto; margin: 0.2em 0.5em 0 1px; }
+.course-quiz .widget-checkbox, .course-quiz .jupyter-widget-checkbox { height: auto; line-height: 1.4; }
+.course-quiz .widget-checkbox label, .course-quiz .jupyter-widget-checkbox label {
+  height: auto; line-height: 1.4; white-space: normal; overflow: visible; text-overflow: clip;
+  display: flex; align-items: flex-start; padding: 3px 0; }
+.course-quiz .widget-checkbox input, .course-quiz .jupyter-widget-checkbox input {
+  flex: 0 0 auto; order: -1; margin: 0.2em 0.5em 0 1px; }
+.course-quiz .widget-radio-box, .course-quiz .jupyter-widget-radio-box,
+.course-quiz .widget-checkbox, .course-quiz .jupyter-widget-checkbox { width: auto; max-width: 100%; }
+</style>"""
 
 
 def _feedback_html(verdict: Verdict) -> str:
     """The verdict as HTML: the message, then each choice's explanation."""
-    color = _GREEN if verdict.correct else (_RED if verdict.answered else _GREY)
+    color = _GREEN if verdict.correct else (_RED if verdict.answered else _NOTE)
     mark = "&#10004; " if verdict.correct else ("&#10008; " if verdict.answered else "")
     parts = [f'<div style="color:{color};font-weight:bold">{mark}{html.escape(verdict.message)}</div>']
     if verdict.correct and len(verdict.feedback) > 1:
@@ -148,10 +172,10 @@ class QuestionWidget(widgets.VBox):
         self.question = question
         self.verdict: Verdict | None = None
         self._on_graded = on_graded or (lambda: None)
-        where = f' <span style="color:{_GREY}">({html.escape(source)})</span>' if source else ""
+        where = f' <span style="color:{_NOTE}">({html.escape(source)})</span>' if source else ""
         header = widgets.HTML(
             f'<div style="line-height:1.4"><b>{number}.</b> {_html(question.prompt)} '
-            f'<i style="color:{_GREY}">({_kind(question)})</i>{where}</div>',
+            f'<i style="color:{_NOTE}">({_kind(question)})</i>{where}</div>',
             layout=widgets.Layout(width="100%"))
         self.order = choice_order(question)  # display position -> index in question.choices
         if question.type == "single":
@@ -268,8 +292,8 @@ class Quiz(StaticCopy, widgets.VBox):
                           for n, q in enumerate(self.question_list, start=1)]
         self.reset_button = widgets.Button(description="Start over", tooltip="Clear every answer")
         self.reset_button.on_click(lambda _: self.reset())
-        head = widgets.HTML(f"<h3 style='margin:4px 0'>Quiz: {html.escape(title)}</h3>"
-                            f"<div style='color:{_GREY}'>Pick an answer and press Check. A wrong answer tells you why; "
+        head = widgets.HTML(f"{_WRAP_STYLE}<h3 style='margin:4px 0'>Quiz: {html.escape(title)}</h3>"
+                            f"<div style='color:{_NOTE}'>Pick an answer and press Check. A wrong answer tells you why; "
                             "pick again, or press Try again to clear.</div>")
         super().__init__([head, *self.questions, widgets.HBox([self.score_label, self.reset_button])],
                          layout=widgets.Layout(width="100%", max_width="900px"))
@@ -286,7 +310,7 @@ class Quiz(StaticCopy, widgets.VBox):
         right, total = self.score
         checked = sum(q.verdict is not None for q in self.questions)
         self.score_label.value = (f"<b>Score: {right}/{total}</b> "
-                                  f"<span style='color:{_GREY}'>({checked} of {total} checked)</span>&nbsp;&nbsp;")
+                                  f"<span style='color:{_NOTE}'>({checked} of {total} checked)</span>&nbsp;&nbsp;")
 
     def reset(self) -> None:
         """Clear every answer (what Start over does)."""

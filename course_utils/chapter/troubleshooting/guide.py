@@ -114,13 +114,18 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(
         "pip-failed", "`pip failed` in the setup cell",
         "Colab, the setup cell.",
-        (Produced("The setup cell prints pip's last lines (the ERROR lines are pip's own), then raises:",
+        (Produced("The setup cell shows pip's lines as pip runs; when pip fails it prints pip's own error lines "
+                  "again (from its first line that starts with `error`), then raises with the first of them:",
                   lambda: S.setup_cell_run(pip_returncode=1), _SETUP),),
-        why="pip could not install the course at its release tag: it could not reach PyPI or GitHub, or the course's "
-            "pins cannot be met together with the torch, numpy and ipywidgets Colab has (the cell keeps those, so that "
-            "Colab's CUDA build of torch stays).",
-        fix="Read the ERROR lines printed above the message. A network error: run the cell again. A conflict: report "
-            "it, with that output, at the address the message gives.",
+        why="pip could not install the course at its release tag, and its error lines say why. The usual causes: the "
+            "release tag is not on GitHub yet (git's `error: pathspec 'v…' did not match`: the course is not "
+            "published at that tag, README.md \"Publishing the course\"); PyPI or GitHub did not answer; or the "
+            "course's pins cannot be met together with the torch, numpy and ipywidgets Colab has (the cell keeps "
+            "those, so that Colab's CUDA build of torch stays: `ERROR: Cannot install … conflicting dependencies`).",
+        fix="Read pip's error lines under the cell's output. A missing tag: the course is not published at that tag "
+            "yet (README.md, \"Publishing the course\"); until it is, run the notebooks locally (README.md's first "
+            "command). A network error: run the cell again. A conflict: report it, with those lines, on the course "
+            "repository's issues page.",
         notebooks=ALL),
     Entry(
         "gated", "A gated model: 401, the licence and `HF_TOKEN`",

@@ -205,17 +205,18 @@ def setup_cell_run(pip_returncode: int = 0, changed: bool = False) -> str:
 
     state = {"torch": "…", "numpy": "…", "ipywidgets": "…", "…": "old"}
 
-    def pip(cmd, **kwargs):  # stands in for subprocess.run: pip's answer, and the change it made
+    def pip(cmd, **kwargs):  # stands in for subprocess.Popen: pip's answer, and the change it made
         Path(cmd[cmd.index("-c") + 1]).unlink(missing_ok=True)  # the constraints file the cell wrote
         if changed:
             state["…"] = "new"
-        return subprocess.CompletedProcess(cmd, pip_returncode, stdout="ERROR: …" if pip_returncode else "")
+        return SimpleNamespace(stdout=iter(["ERROR: …\n"] if pip_returncode else []),
+                               wait=lambda: pip_returncode, returncode=pip_returncode)
 
     def distributions():  # stands in for importlib.metadata.distributions: this fake image
         return [SimpleNamespace(metadata={"Name": n}, version=v) for n, v in state.items()]
 
     out = io.StringIO()
-    with mock.patch.dict(os.environ, {"COLAB_RELEASE_TAG": "…"}), mock.patch.object(subprocess, "run", pip), \
+    with mock.patch.dict(os.environ, {"COLAB_RELEASE_TAG": "…"}), mock.patch.object(subprocess, "Popen", pip), \
             mock.patch.object(md, "distributions", distributions), \
             mock.patch.object(md, "packages_distributions", lambda: {"json": ["…"]}), contextlib.redirect_stdout(out):
         try:

@@ -101,6 +101,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "torch_compile": _rule_bool(),
     "offload_activations": _rule_bool(),
     "tf32": _rule_bool(),
+    "lean_host": _rule_bool(),
     "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
 }
 

@@ -18,7 +18,7 @@ TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the
                     "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed",
                     "library-table": "tests/test_library_objects.py::test_readme_field_table_is_generated",
                     "config-estimates": "tests/test_from_library.py::test_readme_config_estimates_are_printed"}
-TESTED_HERE = {"ladder-table", "beyond-table", "peer-table"}
+TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "module-map"}
 
 
 def block(name: str) -> str:
@@ -30,6 +30,12 @@ def test_readme_marker_blocks_are_all_tested():
     names = [m.group(2) for m in texts.MARKER_BLOCK.finditer(README.read_text(encoding="utf-8"))]
     assert len(names) == len(set(names))
     assert set(names) == TESTED_HERE | set(TESTED_ELSEWHERE), "a new marker block needs a test that keeps it equal"
+
+
+def test_readme_module_map_names_every_module():
+    """The Layout section's map is every module of the package with its docstring's first sentence."""
+    assert block("module-map") == texts.module_map()
+    assert all(f"`{p.relative_to(ROOT).as_posix()}`" in block("module-map") for p in (ROOT / "course_utils").rglob("*.py"))
 
 
 def test_readme_beyond_table_is_the_shipped_run():

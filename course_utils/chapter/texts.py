@@ -68,3 +68,17 @@ def every_text():
     for path in [*sorted(bank.quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
                  ROOT / "README.md", ROOT / "TROUBLESHOOTING.md"]:
         yield from texts_of(path)
+
+
+def module_map() -> str:
+    """README's map of the package: every module, a line each, with the first sentence of its docstring (the
+    README block `module-map`, kept equal to this by tests/test_readme.py, so a new module cannot go unnamed)."""
+    import ast
+
+    package = shipped()
+    lines = ["| module | what it holds |", "|---|---|"]
+    for path in sorted(package.rglob("*.py"), key=lambda p: (p.parent != package, "chapter" in p.parts, str(p))):
+        doc = " ".join((ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").split())
+        first = re.split(r"(?<=\.)\s", doc, maxsplit=1)[0] if doc else ""
+        lines.append(f"| `{path.relative_to(package.parent).as_posix()}` | {first.replace('|', '/')} |")
+    return "\n".join(lines)

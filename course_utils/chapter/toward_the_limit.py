@@ -1,4 +1,7 @@
-"""Issue 16's tries: changes to one optimizer step, each measured on a GPU beside the recipe it changes, in the
+"""Notebook 08's second half, toward the limit: the peer run (Unsloth measured in the same run as our recipes),
+how far a measured step is from what the GPU allows, and the tries below.
+
+Issue 16's tries: changes to one optimizer step, each measured on a GPU beside the recipe it changes, in the
 same lease (scripts/gpu/try_step_changes.py), shipped in reference/beyond/tries/<model>.jsonl. An experiment, not
 one of notebook 08's recipes: a change joins the recipes only when it is faster, or leaner, than the recipe it
 changes by more than that recipe moves between runs, and keeps its training.

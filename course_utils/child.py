@@ -22,9 +22,8 @@ from pathlib import Path
 from course_utils import machine
 from course_utils.build import build
 from course_utils.common import GiB
-from course_utils.guards import loss_problem, measuring
+from course_utils.guards import beside_callback, loss_problem, measuring
 from course_utils.machine import apply_profile, resolve_precision
-from course_utils.measure import _beside_callback
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, environment
 
@@ -178,7 +177,7 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_buil
         if on_built is not None:
             on_built(built)
         with measuring():  # other measurements on this machine see this one, and this one sees them (each step)
-            built.trainer.add_callback(_beside_callback(beside))
+            built.trainer.add_callback(beside_callback(beside))
             built.trainer.train()
     except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
         status = "does_not_fit"

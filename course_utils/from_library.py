@@ -1,8 +1,8 @@
 """The libraries' objects read back into a Recipe: a learner's own SFTConfig / LoraConfig / BitsAndBytesConfig, or a
 `trl sft --config` YAML file, become the recipe the course estimates, checks and (on a GPU) measures.
 
-    Recipe.from_library("meta-llama/Llama-3.1-8B", args=SFTConfig(...), peft_config=LoraConfig(...),
-                        quantization_config=BitsAndBytesConfig(...), dtype=torch.bfloat16)
+    from_library("meta-llama/Llama-3.1-8B", args=SFTConfig(...), peft_config=LoraConfig(...),
+                 quantization_config=BitsAndBytesConfig(...), dtype=torch.bfloat16)
     course estimate --config sft.yaml
 
 Both read one flat set of settings named as trl's CLI names them (ModelConfig, SFTConfig, ScriptArguments). Every

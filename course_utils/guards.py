@@ -120,3 +120,17 @@ def others_measuring() -> list[dict]:
             continue
         found.append(info)
     return found
+
+
+def beside_callback(beside: set):
+    """A Trainer callback that adds the pids of the other measuring processes on this machine to
+    `beside` at the start and the end of every step."""
+    from transformers import TrainerCallback
+
+    class Beside(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            beside.update(o["pid"] for o in others_measuring())
+
+        on_step_end = on_step_begin
+
+    return Beside()

@@ -23,7 +23,7 @@ from pathlib import Path
 from course_utils import checks, machine
 from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_PREFIXES, _command, _does_not_fit,
                                 callback, run_here, temp_folder)
-from course_utils.guards import measuring, others_measuring
+from course_utils.guards import measuring
 from course_utils.machine import HardwareError, resolve_precision
 from course_utils.models import ModelUnavailableError, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError, ladder
@@ -195,20 +195,6 @@ class _StepBar:
 def _progress_bar(recipe: Recipe, enabled: bool):
     """A bar over the recipe's optimizer steps (auto: notebook widget or terminal), or None."""
     return _StepBar(recipe) if enabled else None
-
-
-def _beside_callback(beside: set):
-    """A Trainer callback that adds the pids of the other measuring processes on this machine (guards) to
-    `beside` at the start and the end of every step."""
-    from transformers import TrainerCallback
-
-    class Beside(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            beside.update(o["pid"] for o in others_measuring())
-
-        on_step_end = on_step_begin
-
-    return Beside()
 
 
 @dataclass(frozen=True)

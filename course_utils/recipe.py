@@ -196,14 +196,6 @@ class Recipe:
             raise RecipeError(f"Unknown recipe field(s) {unknown}; valid fields are {sorted(names)}.")
         return cls(**d)
 
-    @classmethod
-    def from_library(cls, model_id: str, args=None, peft_config=None, quantization_config=None, **how) -> "Recipe":
-        """The recipe of a learner's own trl SFTConfig, peft LoraConfig and transformers BitsAndBytesConfig
-        (course_utils/from_library.py: what the course does not model is an error or a warning naming it)."""
-        from course_utils.from_library import from_library
-
-        return from_library(model_id, args, peft_config, quantization_config, **how)
-
     @property
     def key(self) -> str:
         """Stable 12-hex-digit hash of every field that changes the measurement (not the label)."""

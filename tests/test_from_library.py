@@ -1,4 +1,4 @@
-"""Recipe.from_library and `course estimate --config`: the libraries' objects and trl's YAML read back into a Recipe;
+"""from_library and `course estimate --config`: the libraries' objects and trl's YAML read back into a Recipe;
 what the course does not model is named (an error when it changes the memory, a warning when it cannot)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from course_utils.build import library_objects
 from course_utils.cli import main
-from course_utils.from_library import LibraryConfigError, LibraryConfigWarning, read_objects, read_trl_config
+from course_utils.from_library import LibraryConfigError, from_library, LibraryConfigWarning, read_objects, read_trl_config
 from course_utils.chapter.own_script import expected
 from course_utils.recipe import Recipe, source_chapter_recipe
 
@@ -77,7 +77,7 @@ def test_round_trip(recipe):
 
     o = library_objects(recipe, output_dir="out", fsdp=False)
     with pytest.warns(LibraryConfigWarning, match="max_steps"):  # the run's plumbing, named
-        back = Recipe.from_library(recipe.model, args=SFTConfig(**o.sft_kwargs), peft_config=o.lora_config,
+        back = from_library(recipe.model, args=SFTConfig(**o.sft_kwargs), peft_config=o.lora_config,
                                    quantization_config=o.quantization_config, dtype=o.model_kwargs["dtype"],
                                    prepare_kbit=o.prepare_kbit_kwargs is not None)
     assert expected(library_objects(back, output_dir="out", fsdp=False)) == expected(o)
@@ -90,7 +90,7 @@ def test_harmless_settings_warn_by_name():
     args = SFTConfig(output_dir="x", bf16=False, max_steps=5, logging_steps=3, weight_decay=0.1, packing=True,
                      packing_strategy="wrapped", activation_checkpointing=False)
     with pytest.warns(LibraryConfigWarning, match="logging_steps, max_steps, weight_decay"):
-        r = Recipe.from_library("llama-3.1-8b", args=args, dtype=torch.float32)
+        r = from_library("llama-3.1-8b", args=args, dtype=torch.float32)
     assert r.lora_r is None and r.precision == "fp32" and not r.gradient_checkpointing
 
 
@@ -159,4 +159,4 @@ def test_a_non_lora_peft_config_is_refused():
     from peft import IA3Config
 
     with pytest.raises(LibraryConfigError, match="IA3Config"):
-        Recipe.from_library("llama-3.1-8b", peft_config=IA3Config(task_type="CAUSAL_LM"))
+        from_library("llama-3.1-8b", peft_config=IA3Config(task_type="CAUSAL_LM"))

@@ -2,7 +2,7 @@
 onto the exercise's starting recipe through course_utils/from_library.py and checked by the estimator as a Recipe is.
 
 An answer is a trl SFTConfig, a peft LoraConfig, a transformers BitsAndBytesConfig, a tuple of them, or a dict of
-Recipe.from_library's arguments: model_id, args, peft_config (None: a full fine-tune), quantization_config, dtype,
+from_library's arguments: model_id, args, peft_config (None: a full fine-tune), quantization_config, dtype,
 prepare_kbit (whether the script calls peft's prepare_model_for_kbit_training), and offload_embeddings (the course's
 own hook, course_utils.build.offload_input_embeddings). Each object given is taken whole, as the script would pass
 it (an SFTConfig's defaults included: SFTConfig() turns bf16 and checkpointing on); what is not given stays the

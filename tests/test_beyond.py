@@ -175,7 +175,7 @@ def test_peer_comparison_says_who_is_ahead_on_what(monkeypatch):
     quoted = {"unsloth": {"version": "unsloth 2026.10.9", "runs": [  # fixed figures: the ratios below are theirs
         {"batch": "1x16", "micro_batch": 1, "grad_accum": 16, "peak_allocated_gib": 5.88, "tokens_per_s": 1406},
         {"batch": "16x1", "micro_batch": 16, "grad_accum": 1, "peak_allocated_gib": 7.62, "tokens_per_s": 11503}]}}
-    monkeypatch.setattr(beyond, "peers", lambda model="llama-3.1-8b": quoted)
+    monkeypatch.setattr(toward_the_limit, "peers", lambda model="llama-3.1-8b": quoted)
     text = toward_the_limit.peer_comparison({"1x16": [fake("ours", 5.0, 2000)], "16x1": [fake("big", 9.0, 11000)]})
     assert "unsloth" in text
     assert "less memory (-15%), faster (+42%)" in text

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from torch.autograd import DeviceType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
 import count_launches as C  # noqa: E402
 
 

@@ -197,10 +197,10 @@ def test_setup_cell_installs_the_release_tag_not_a_branch():
 
 
 def test_the_version_is_written_once():
-    """pyproject.toml takes the version from course_utils.__version__, which the release tag derives from."""
+    """pyproject.toml takes the version from course_utils.common.__version__ (re-exported as course_utils.__version__), which the release tag derives from."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "course_utils.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "course_utils.common.__version__"}
 
 
 def test_setup_cell_guards():

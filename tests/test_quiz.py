@@ -471,7 +471,7 @@ def test_banks_ship_inside_the_package(tmp_path):
         for f in (ROOT / "quizzes").glob(pattern):
             shutil.copy(f, shipped / f.name)
     assert {p.name for p in (ROOT / "quizzes").glob("*.yaml")} <= {p.name for p in shipped.iterdir()}
-    code = ("import course_utils.quiz as q; print(q.quiz_dir()); "
+    code = ("import course_utils.chapter.quiz.bank as q; print(q.quiz_dir()); "
             "print(sum(len(b) for b in q.all_banks()))")
     env = {**os.environ, "PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,

@@ -11,7 +11,7 @@ its config (no download): warm-up step, one tracked step (peaks by category and 
 and reserved peaks), then timed steps (median tokens/s). With --steps 20 the per-step losses of
 the source, lean and fast recipes, which see the same data in the same order, are compared too.
 The --out file is a results store: a recipe already in it is not run again. Under the table: every run's
-tokens/s against its compute limit and its allocated peak against its memory floor (beyond.toward_the_limit).
+tokens/s against its compute limit and its allocated peak against its memory floor (toward_the_limit.toward_the_limit).
 
 --peers unsloth (an optional extra, never a dependency of the course): after our recipes, Unsloth trains the
 same model, data and tokens per step at its two settings, 16x1 and 1x16, through scripts/gpu/peer_unsloth.py, each in
@@ -33,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[2]
 
 from course_utils.chapter import beyond_the_recipe as beyond  # noqa: E402
+from course_utils.chapter import toward_the_limit
 from course_utils.recipe import Recipe  # noqa: E402
 
 
@@ -70,10 +71,10 @@ def parse_args(argv: list[str] | None):
     parser.add_argument("--out", required=True, help="results file (JSON lines); resumable")
     parser.add_argument("--timeout", type=float, default=None, help="stop a run that takes longer (s)")
     parser.add_argument("--print-only", action="store_true", help="print the table of --out; measure nothing")
-    parser.add_argument("--peers", action="append", default=[], choices=beyond.PEERS,
+    parser.add_argument("--peers", action="append", default=[], choices=toward_the_limit.PEERS,
                         help="after our recipes, measure this stack too, at 16x1 and 1x16 (an optional extra)")
     parser.add_argument("--peer-site", default="/tmp/unsl-site", help="the peer's own site directory")
-    parser.add_argument("--peer-batches", default=",".join(f"{m}x{g}" for m, g in beyond.PEER_BATCHES),
+    parser.add_argument("--peer-batches", default=",".join(f"{m}x{g}" for m, g in toward_the_limit.PEER_BATCHES),
                         help="the peer's settings to run, e.g. 1x16 (default: all of them)")
     parser.add_argument("--peer-out", default=None,
                         help="the peers' results file (default: peers/<--out's name> beside --out, which is where "
@@ -137,7 +138,7 @@ def run_peer(name: str, args, model_dir: Path) -> None:
               "(scripts/device/peer_wheels.py says how). Not measured.", flush=True)
         return
     wanted = set(args.peer_batches.split(","))
-    for mb, ga in [b for b in beyond.PEER_BATCHES if f"{b[0]}x{b[1]}" in wanted]:
+    for mb, ga in [b for b in toward_the_limit.PEER_BATCHES if f"{b[0]}x{b[1]}" in wanted]:
         t = time.perf_counter()
         label = f"{name} ({mb}x{ga})"
         try:
@@ -159,8 +160,8 @@ def peer_runs(args, run_id: str | None) -> list:
     from course_utils.results import ResultStore
 
     stored = ResultStore(args.peer_out).load()
-    return [m for name in args.peers or beyond.PEERS
-            for m in beyond.latest_peer_runs(stored, name, args.model, args.steps, run_id)]
+    return [m for name in args.peers or toward_the_limit.PEERS
+            for m in toward_the_limit.latest_peer_runs(stored, name, args.model, args.steps, run_id)]
 
 
 def stored_runs(store, recipes: list[Recipe]) -> list:
@@ -178,14 +179,14 @@ def report(args, done: list, peers: list) -> None:
           "measured in this run" + (" and against the peer at the same batching" if peers else ""))
     print(beyond.format_rows(beyond.rows(done, peers=peers)))
     print()
-    print(beyond.toward_the_limit(done + peers))
+    print(toward_the_limit.toward_the_limit(done + peers))
     src = next((m for m in done if m.label.startswith("source")), None)
     lean = next((m for m in done if m.label.startswith("lean recipe")), None)
     fast = next((m for m in done if m.label.startswith("fast recipe")), None)
     print()
     for target, value, ok in beyond.target_checks(src, lean, fast):
         print(f"  {'MET ' if ok else 'MISSED'}  {target:<36}{value}")
-    for line in beyond.peer_check_lines(done, peers):
+    for line in toward_the_limit.peer_check_lines(done, peers):
         print(f"  {line}")
     table = beyond.loss_table(done + peers)
     if table.rows:

@@ -107,8 +107,8 @@ def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
     limits = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a stand-in GPU")
-    monkeypatch.setattr(course_utils.hardware, "active_profile", lambda: type("P", (), {"label": "T4 profile"})())
-    monkeypatch.setattr(course_utils.provenance, "environment_record", lambda: {})
+    monkeypatch.setattr(course_utils.machine, "active_profile", lambda: type("P", (), {"label": "T4 profile"})())
+    monkeypatch.setattr(course_utils.results, "environment_record", lambda: {})
     monkeypatch.setitem(main.__globals__, "preflight", lambda: time.sleep(1.5) or "")
     record = dict(ran_through=True, wall_s=0.0, precisions=[], card_peak_gib=0.0, first_failure="")
     monkeypatch.setitem(main.__globals__, "check_one", lambda nb, variant, *a: limits.append(a[3]) or

@@ -41,7 +41,7 @@ def test_every_term_of_the_review_is_defined():
 
 def test_glossary_md_is_current_and_has_every_anchor():
     text = (ROOT / "GLOSSARY.md").read_text(encoding="utf-8")
-    assert text == G.render(), "GLOSSARY.md is stale: run python -m course_utils.glossary"
+    assert text == G.render(), "GLOSSARY.md is stale: run python -m course_utils.chapter.glossary"
     headings = re.findall(r"(?m)^## (.+)$", text)
     for t in G.TERMS:
         assert t.term in headings

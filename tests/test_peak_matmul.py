@@ -18,13 +18,13 @@ def test_the_record_names_the_arguments_main_was_given(tmp_path, monkeypatch):
     main = script["main"]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a stand-in GPU")
-    monkeypatch.setattr(course_utils.hardware, "driver_version", lambda: "0.0")
+    monkeypatch.setattr(course_utils.machine, "driver_version", lambda: "0.0")
     # what course_utils.results.environment() reads of a GPU
-    monkeypatch.setattr(course_utils.hardware, "device_name", lambda: "a stand-in GPU")
-    monkeypatch.setattr(course_utils.hardware, "device_type", lambda: "cuda")
-    monkeypatch.setattr(course_utils.hardware, "total_memory_bytes", lambda: 16 * 2**30)
-    monkeypatch.setattr(course_utils.hardware, "compute_capability", lambda: (7, 5))
-    monkeypatch.setattr(course_utils.hardware, "bf16_supported", lambda: False)
+    monkeypatch.setattr(course_utils.machine, "device_name", lambda: "a stand-in GPU")
+    monkeypatch.setattr(course_utils.machine, "device_type", lambda: "cuda")
+    monkeypatch.setattr(course_utils.machine, "total_memory_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(course_utils.machine, "compute_capability", lambda: (7, 5))
+    monkeypatch.setattr(course_utils.machine, "bf16_supported", lambda: False)
     monkeypatch.setitem(main.__globals__, "measure", lambda size, dtype, repeats, warmup: dict(
         size=size, dtype=dtype, median_s=1.0, tflops=1.0))
     monkeypatch.setattr("sys.argv", ["pytest", "-q"])  # what the process was started with: not this record's command

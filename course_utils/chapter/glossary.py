@@ -2,7 +2,7 @@
 once, and linked from every notebook where the term first appears (issue 30; the list of jargon is the
 teaching review's, section 3.2).
 
-Data, rendering and the notebooks' links. `python -m course_utils.glossary` writes GLOSSARY.md;
+Data, rendering and the notebooks' links. `python -m course_utils.chapter.glossary` writes GLOSSARY.md;
 `python scripts/notebooks/link_glossary.py notebooks/*.ipynb` links each term at its first appearance in a notebook
 (`--check`: exit 1 when a link is missing). A term first appears either in a Markdown cell, whose first
 mention then becomes a link (titled with the term's few words, shown on hover), or in a cell's output (a table's column, an estimate's line), in which case
@@ -199,7 +199,7 @@ def render() -> str:
     """GLOSSARY.md."""
     lines = ["# Glossary", "",
              "The terms the notebooks use without stopping to explain them, each in a few sentences. Each "
-             "notebook links a term here where it first appears. Written by `python -m course_utils.glossary` "
+             "notebook links a term here where it first appears. Written by `python -m course_utils.chapter.glossary` "
              "from `course_utils/chapter/glossary.py`.", ""]
     for t in sorted(TERMS, key=lambda t: t.term.lower()):
         lines += [f"## {t.term}", "", t.definition, ""]
@@ -313,7 +313,7 @@ def main(argv: list[str]) -> int:
     """`--check`: 1 when GLOSSARY.md differs from the rendering; else rewrite it."""
     if "--check" in argv:
         stale = not GUIDE.exists() or GUIDE.read_text(encoding="utf-8") != render()
-        print(f"{GUIDE.name}: " + ("stale, run python -m course_utils.glossary" if stale else "up to date"))
+        print(f"{GUIDE.name}: " + ("stale, run python -m course_utils.chapter.glossary" if stale else "up to date"))
         return 1 if stale else 0
     print(f"{GUIDE.name}: " + ("rewritten" if write() else "already up to date"))
     return 0

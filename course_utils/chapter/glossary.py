@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from course_utils.chapter.every_notebook import RELEASE_TAG, REPOSITORY
 
-GUIDE = Path(__file__).resolve().parents[1] / "GLOSSARY.md"
+GUIDE = Path(__file__).resolve().parents[2] / "GLOSSARY.md"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ TOGGLES: tuple[tuple[str, Any, dict], ...] = (
     ("torch_compile", True, {}),
     ("offload_activations", True, {}),
     ("tf32", True, {}),
+    ("lean_host", True, {}),
 )
 NOT_TOGGLED = {"model": "the model id: from_pretrained's first argument", "label": "a display name"}
 BASE = Recipe(model="llama-3.1-8b")

@@ -285,7 +285,7 @@ def test_peers_prefer_measured_runs_and_keep_the_readers_working(monkeypatch):
     from course_utils.chapter import facts
 
     measured = [fake_peer(16, 1, 7.62, 11476.4, losses=[11.9, 11.0]), fake_peer(1, 16, 5.88, 1673.2)]
-    monkeypatch.setattr(beyond, "peer_reference", lambda model="llama-3.1-8b": measured)
+    monkeypatch.setattr(toward_the_limit, "peer_reference", lambda model="llama-3.1-8b": measured)
     p = toward_the_limit.peers()["unsloth"]
     assert p["measured"] and p["version"] == "unsloth 2026.10.9" and p["hardware"] == "NVIDIA H200"
     assert "16x1" not in p["settings"] and "adamw_8bit" in p["settings"] and "peer_unsloth.py" in p["source"]

@@ -148,7 +148,7 @@ def test_toward_the_limit_names_the_shipped_matmul_rate_of_its_gpu(monkeypatch):
 def test_toward_a_run_that_did_not_fit_says_so(monkeypatch):
     runs = beyond.reference()
     gone = dataclasses.replace(beyond.by_label(runs)["fast recipe (16x1)"], status="does_not_fit")
-    monkeypatch.setattr(beyond, "reference", lambda *a, **k: [gone])
+    monkeypatch.setattr(toward_the_limit, "reference", lambda *a, **k: [gone])
     with pytest.raises(ValueError, match="'fast recipe \\(16x1\\)' has no allocated peak and speed"):
         toward_the_limit.toward("fast recipe (16x1)")
 

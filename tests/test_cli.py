@@ -48,13 +48,13 @@ def ladder_run(baseline_measurement, shared_store, cli_run_args, tmp_path_factor
     store.path.write_bytes(shared_store.path.read_bytes())  # the baseline is already measured
     out_dir = tmp / "out"
     how: list[tuple[str, str]] = []
-    def child(recipe, budget_gib, progress, timeout_s):
+    def in_process(recipe, budget_gib, progress, timeout_s):
         how.append((recipe.label, "in-process"))
         return child.run_here(recipe, budget_gib)
 
     stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        mp.setattr(measure_mod, "_run_child", child)
+        mp.setattr(measure_mod, "_run_child", in_process)
         mp.setattr(Measurement, "noisy", property(lambda self: False))  # a busy machine: still the stored baseline
         code = main(["run", *cli_run_args, "--store", str(store.path), "--out", str(out_dir), "--no-progress"])
     return dict(code=code, out=stdout.getvalue(), err=stderr.getvalue(), out_dir=out_dir, store=store, how=how,

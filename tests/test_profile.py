@@ -163,7 +163,7 @@ def test_shipped_t4_records_cover_every_notebook_with_provenance():
         assert {r["notebook"] for r in records if r["variant"] == variant} == notebooks, variant
     for r in records:
         assert r["env"]["device"].startswith("T4 profile on NVIDIA"), r["env"]["device"]
-        assert r["profile"] == "T4 profile" and r["command"].startswith("python scripts/gpu/t4_check.py")
+        assert r["profile"] == "T4 profile" and r["command"].startswith(("python scripts/t4_check.py", "python scripts/gpu/t4_check.py"))
         assert r["date"].startswith("20") and r["run_id"].startswith("t4-") and r["env"]["versions"]["trl"]
         assert r["ran_through"] == (r["first_failure"] == ""), r["notebook"]
         assert set(r["precisions"]) <= {"fp16", "fp32"}  # never bf16 on a T4

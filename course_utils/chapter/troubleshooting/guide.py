@@ -231,7 +231,7 @@ ENTRIES: tuple[Entry, ...] = (
         evidence=(Library("", "torch", "cuda/__init__.py", ("def is_bf16_supported(including_emulation: bool = True):",
                                                            "torch.tensor([1.0], dtype=torch.bfloat16, device=device)")),
                   Library("", "transformers", "utils/import_utils.py", ("return torch.cuda.is_bf16_supported()",)),
-                  Library("", "course_utils", "hardware.py", ("return cc >= (8, 0)",))),
+                  Library("", "course_utils", "machine.py", ("return cc >= (8, 0)",))),
         notebooks=("04", "07")),
     Entry(
         "fp16-bf16-adapters", "`\"_amp_foreach_non_finite_check_and_unscale_cuda\" not implemented for 'BFloat16'`",

@@ -138,9 +138,10 @@ SMALL_PRESET = "smollm2-360m"  # its shape with random weights (models.PRESETS),
 REFERENCE_MODEL = "llama-3.1-8b"
 
 
-def on_colab() -> bool:
-    """True inside Google Colab."""
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+def release_url(path: str, anchor: str = "") -> str:
+    """A file of this repository as GitHub shows it at the release tag (the glossary's and the troubleshooting
+    guide's links), with `#anchor` when one is given."""
+    return f"https://{REPOSITORY}/blob/{RELEASE_TAG}/{path}" + (f"#{anchor}" if anchor else "")
 
 
 def colab_url(notebook_path: str) -> str:

@@ -16,7 +16,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from course_utils.chapter.every_notebook import RELEASE_TAG, REPOSITORY
+from course_utils.chapter.every_notebook import RELEASE_TAG, REPOSITORY, release_url
 
 GUIDE = Path(__file__).resolve().parents[2] / "GLOSSARY.md"
 
@@ -192,7 +192,7 @@ def term(name: str) -> Term:
 def link(name: str) -> str:
     """The glossary entry's address, at the release tag (course_utils.chapter.every_notebook.REPOSITORY)."""
 
-    return f"https://{REPOSITORY}/blob/{RELEASE_TAG}/{GUIDE.name}#{term(name).anchor}"
+    return release_url(GUIDE.name, term(name).anchor)
 
 
 def render() -> str:

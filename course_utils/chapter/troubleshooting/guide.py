@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from course_utils.chapter import facts, texts
-from course_utils.chapter.every_notebook import RELEASE_TAG, REPOSITORY
+from course_utils.chapter.every_notebook import release_url
 from course_utils.chapter.troubleshooting import sources as S
 from course_utils.chapter.troubleshooting.sources import Library, Logged, Produced, TroubleshootingError, version_of
 
@@ -392,7 +392,7 @@ def entry(key: str) -> Entry:
 def link(key: str) -> str:
     """The address of an entry at this release, for a notebook's Markdown (GitHub renders the guide)."""
 
-    return f"https://{REPOSITORY}/blob/{RELEASE_TAG}/{GUIDE.name}#{entry(key).anchor}"
+    return release_url(GUIDE.name, entry(key).anchor)
 
 
 def links_by_notebook() -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from course_utils import machine
 from course_utils.build import build
 from course_utils.common import GiB
-from course_utils.guards import beside_callback, loss_problem, measuring
+from course_utils.guards import alive, beside_callback, loss_problem, measuring
 from course_utils.machine import apply_profile, resolve_precision
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, environment
@@ -44,20 +44,9 @@ def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
     root = Path(tempfile.gettempdir())
     for stale in root.glob(f"{prefix}*-*"):
         pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    """True when a process with this pid exists (or exists but is not ours to signal)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 CHILD_ERRORS = ("RecipeError", "HardwareError", "ModelUnavailableError", "MeasurementError")

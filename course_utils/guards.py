@@ -62,7 +62,8 @@ def registry() -> Path:
     return Path(tempfile.gettempdir()) / "course-measuring"
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """True when a process with this pid exists (or exists but is not ours to signal)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -114,7 +115,7 @@ def others_measuring() -> list[dict]:
             continue
         if pid == me or info.get("group") == group:
             continue
-        if not _alive(pid):
+        if not alive(pid):
             with contextlib.suppress(OSError):
                 entry.unlink()
             continue

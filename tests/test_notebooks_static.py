@@ -488,3 +488,44 @@ def test_committed_notebooks_name_the_kernel_as_ipykernel_does():
         spec = json.loads(path.read_text())["metadata"]["kernelspec"]
         assert spec["display_name"] == get_kernel_dict()["display_name"], path.name
         assert spec["name"] == "python3", path.name
+
+
+def _course_names(source: str) -> list[tuple[str, str | None, str]]:
+    """(module, name or None, what the cell writes) for every course_utils import in a notebook's code, and
+    (module, attribute) for every `alias.attribute` on a course module the notebook imported under an alias."""
+    tree = ast.parse(source)
+    aliases, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils"):
+            for a in node.names:
+                found.append((node.module, a.name, f"from {node.module} import {a.name}"))
+                aliases[a.asname or a.name] = (node.module, a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("course_utils") and a.asname:
+                    aliases[a.asname] = (a.name, None)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            module, name = aliases[node.value.id]
+            found.append((f"{module}.{name}" if name else module, node.attr, f"{node.value.id}.{node.attr}"))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_course_name_a_notebook_uses_exists(path):
+    """A notebook that calls a name its course module no longer has fails here, not after a 10-minute nbval run."""
+    import importlib
+
+    source = "\n".join(c for c in _code_cells(_load(path))[1:] if not c.lstrip().startswith(("%", "!")))
+    missing = []
+    for module, name, written in _course_names(source):
+        try:
+            owner = importlib.import_module(module)
+        except ModuleNotFoundError:
+            continue  # `alias.attr` where the alias is a class or function, not a module
+        if not hasattr(owner, name):
+            try:
+                importlib.import_module(f"{module}.{name}")
+            except ModuleNotFoundError:
+                missing.append(written)
+    assert not missing, f"{path.name} uses names its modules do not have: {sorted(set(missing))}"

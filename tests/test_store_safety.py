@@ -22,6 +22,7 @@ import pytest
 from course_utils import measure as measure_mod
 from course_utils import child
 from course_utils.child import MeasurementError, check_sane
+from course_utils.guards import alive
 from course_utils.recipe import Recipe
 from course_utils.common import MiB
 from course_utils.results import Measurement, ResultStore, StoreError, shipped_results
@@ -252,6 +253,7 @@ SIGTERMED = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     import course_utils.measure as mm
+    import course_utils.cli as cli
     from course_utils.cli import main
 
     pidfile, good_line = Path(sys.argv[1]), sys.argv[2]
@@ -263,7 +265,7 @@ SIGTERMED = textwrap.dedent("""
         mm.relay([sys.executable, "-c", child, str(pidfile)], dict(mm.os.environ), None, None)
         raise AssertionError("the child was not ended")
 
-    mm.measure_all = measure_all
+    mm.measure_all = cli.measure_all = measure_all
     sys.exit(main(sys.argv[3:]))
 """)
 
@@ -286,11 +288,11 @@ def test_sigterm_ends_the_child_says_one_line_and_leaves_the_store_whole(tmp_pat
         parent.send_signal(signal.SIGTERM)
         out, err = parent.communicate(timeout=30)
         gone = time.monotonic() + 5
-        while child._alive(child) and time.monotonic() < gone:
+        while alive(child) and time.monotonic() < gone:
             time.sleep(0.05)
-        assert not child._alive(child), "the measuring child outlived its parent"
+        assert not alive(child), "the measuring child outlived its parent"
     finally:
-        if child is not None and child._alive(child):
+        if child is not None and alive(child):
             os.kill(child, signal.SIGKILL)
         if parent.poll() is None:
             parent.kill()

@@ -20,7 +20,8 @@ Trainer switches it from `SFTConfig(activation_checkpointing=..., activation_che
 
 Per setting and micro-batch it records: CUDA's allocated peak over the timed steps (torch.cuda.max_memory_allocated
 after a reset that follows the warm-up steps), tokens/s over the timed steps, every step's loss, and the bytes the
-forward leaves alive for the backward (course_utils.memtrack's tensor-level tracker, one extra untimed step). One JSON
+forward leaves alive for the backward (course_utils.memtrack's tensor-level tracker, one extra untimed step in the
+first run of each setting: the same bytes in every run). One JSON
 line per setting and micro-batch goes to --out with the GPU, its environment (driver, CUDA, library versions), the
 date and the command; a table is printed.
 """
@@ -204,8 +205,9 @@ def saved_for_backward(model, batch, autocast: bool, device: str) -> int:
     return held
 
 
-def run_one(model, start: dict, setting: str, data: list[dict], args) -> dict:
-    """One run of a setting: the LoRA start restored, a fresh optimizer, warm-up, timed steps, one tracked step."""
+def run_one(model, start: dict, setting: str, data: list[dict], args, track: bool = True) -> dict:
+    """One run of a setting: the LoRA start restored, a fresh optimizer, warm-up, timed steps, and (`track`) one
+    tracked step after them."""
     import gc
 
     cuda = args.device == "cuda"
@@ -229,7 +231,7 @@ def run_one(model, start: dict, setting: str, data: list[dict], args) -> dict:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() if cuda else None
-    held = saved_for_backward(model, data[-1], cuda, args.device)
+    held = saved_for_backward(model, data[-1], cuda, args.device) if track else None
     del optimizer
     gc.collect()
     tokens = args.steps * data[0]["input_ids"].numel()
@@ -246,7 +248,7 @@ def summarize(setting: str, micro_batch: int, runs: list[dict], args, prov: dict
         policy=POLICIES[setting].__doc__ if setting in POLICIES else None,
         tokens_per_s=statistics.median(r["tokens_per_s"] for r in runs),
         peak_allocated_bytes=max(peaks) if peaks else None,
-        saved_for_backward_bytes=statistics.median(r["saved_for_backward_bytes"] for r in runs),
+        saved_for_backward_bytes=next(r["saved_for_backward_bytes"] for r in runs),  # tracked in the first run
         final_loss=runs[-1]["losses"][-1], runs=runs)
 
 
@@ -286,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[str, list[dict]] = {s: [] for s in args.settings}
         for repeat in range(args.repeats):
             for setting in args.settings:
-                runs[setting].append(run_one(model, start, setting, data, args))
+                runs[setting].append(run_one(model, start, setting, data, args, track=repeat == 0))
                 r = runs[setting][-1]
                 peak = f"{r['peak_allocated_bytes'] / GiB:.2f} GiB" if r["peak_allocated_bytes"] else "-"
                 print(f"[{time.perf_counter() - t:.0f} s] mb {mb} {setting} #{repeat + 1}: {peak} peak, "

@@ -1,0 +1,84 @@
+"""scripts/gpu/selective_checkpointing.py without a GPU: its arguments, its policies, the way a context_fn travels
+from SFTConfig to torch's checkpoint unchanged, and a dry run on the tiny QLoRA model (the same losses with and
+without checkpointing, and the forward keeping less under each policy than without checkpointing)."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.checkpoint import CheckpointPolicy
+
+ROOT = Path(__file__).resolve().parents[1]
+SAC = runpy.run_path(str(ROOT / "scripts" / "gpu" / "selective_checkpointing.py"), run_name="selective_checkpointing")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--settings", "none,half"], "unknown ['half']"),
+    (["--micro-batches", "4,x"], "not a comma-separated list"),
+    (["--steps", "0"], "must be positive"),
+])
+def test_bad_arguments_name_what_is_wrong(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        SAC["parse_args"](["--out", "x.jsonl", *argv])
+    assert message in capsys.readouterr().err
+
+
+def test_the_defaults_are_the_issue_s_run():
+    args = SAC["parse_args"](["--out", "x.jsonl"])
+    assert (args.model, args.device, args.seq, args.micro_batches, args.warmup, args.steps) == (
+        "llama-3.1-8b", "cuda", 512, [4, 1], 3, 5)
+    assert args.settings == ["none", "full", "selective-attention", "selective-matmul"]
+
+
+def test_the_policies_save_what_they_say():
+    import bitsandbytes  # noqa: F401  (registers torch.ops.bitsandbytes)
+
+    aten, gemm_4bit = torch.ops.aten, torch.ops.bitsandbytes.gemm_4bit.default
+    save, recompute = CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_RECOMPUTE
+    attention = aten._scaled_dot_product_flash_attention_for_cpu.default
+    matmuls, aten_matmuls, attn = SAC["save_matmuls"], SAC["save_aten_matmuls"], SAC["save_attention"]
+    assert [matmuls(None, op) for op in (aten.mm.default, aten.addmm.default, attention, gemm_4bit)] == [save] * 4
+    assert aten_matmuls(None, gemm_4bit) is recompute  # bitsandbytes' 4-bit matmul is one op, not an aten.mm
+    assert [attn(None, op) for op in (attention, aten.mm.default, gemm_4bit)] == [save, recompute, recompute]
+    for policy in (matmuls, aten_matmuls, attn):
+        assert policy(None, aten.mul.Tensor) is recompute and policy(None, aten.silu.default) is recompute
+
+
+def test_a_context_fn_reaches_torch_checkpoint_unchanged_through_sftconfig():
+    """SFTConfig keeps the dict as it was given (no JSON round trip), and transformers' activation_checkpointing_enable
+    passes it to torch.utils.checkpoint.checkpoint as keyword arguments."""
+    from trl import SFTConfig
+
+    kwargs = SAC["checkpointing_kwargs"]("selective-matmul")
+    args = SFTConfig(output_dir="unused", use_cpu=True, bf16=False, activation_checkpointing=True,
+                     activation_checkpointing_kwargs=kwargs, report_to="none")
+    assert args.activation_checkpointing_kwargs["context_fn"] is kwargs["context_fn"]
+    assert args.gradient_checkpointing_kwargs is args.activation_checkpointing_kwargs  # the deprecated alias mirrors it
+    assert SAC["checkpointing_kwargs"]("none") is None
+    assert SAC["checkpointing_kwargs"]("full") == {"use_reentrant": False}
+
+
+@pytest.mark.slow
+def test_a_dry_run_on_the_tiny_qlora_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "sac.jsonl"
+    argv = ["--device", "cpu", "--model", "tiny", "--seq", "64", "--micro-batches", "2", "--warmup", "0",
+            "--steps", "2", "--repeats", "1", "--settings", "none,full,selective-attention,selective-matmul",
+            "--out", str(out)]
+    assert SAC["main"](argv) == 0
+    lines = {line["setting"]: line for line in map(json.loads, out.read_text().splitlines())}
+    assert list(lines) == ["none", "full", "selective-attention", "selective-matmul"]
+    losses = {s: line["runs"][0]["losses"] for s, line in lines.items()}
+    assert all(len(v) == 2 for v in losses.values())
+    assert all(v == pytest.approx(losses["none"], abs=1e-5) for v in losses.values()), losses  # the same training
+    saved = {s: line["saved_for_backward_bytes"] for s, line in lines.items()}
+    # full keeps the layer inputs only; the attention policy adds one small output per layer; saving every matmul
+    # (the 4-bit base layers' too) keeps more, and no checkpointing keeps the most
+    assert saved["full"] < saved["selective-attention"] < saved["selective-matmul"] < saved["none"], saved
+    first = lines["none"]
+    assert first["command"] == "scripts/gpu/selective_checkpointing.py " + " ".join(argv)
+    assert first["env"]["versions"]["torch"] == torch.__version__ and first["date"].endswith("Z")

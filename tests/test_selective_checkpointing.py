@@ -82,3 +82,36 @@ def test_a_dry_run_on_the_tiny_qlora_model(tmp_path, monkeypatch):
     first = lines["none"]
     assert first["command"] == "scripts/gpu/selective_checkpointing.py " + " ".join(argv)
     assert first["env"]["versions"]["torch"] == torch.__version__ and first["date"].endswith("Z")
+
+
+def _layer_checkpoint_kwargs(model) -> dict:
+    layer = next(m for m in model.modules() if type(m).__name__ == "LlamaDecoderLayer")
+    return dict(layer._gradient_checkpointing_func.keywords)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_trl_selective_switch_reaches_a_plain_model_but_not_a_peft_one(lora, monkeypatch):
+    """trl 1.16's `activation_checkpointing_kwargs={"selective": True}` wraps the model's gradient_checkpointing_enable
+    (trl/models/selective_activation_checkpointing.py); the Trainer calls activation_checkpointing_enable
+    (transformers/trainer.py), which a PeftModel hands to the inner model, whose method is not wrapped: on LoRA the
+    policy never reaches the layers, and "selective" goes on to torch's checkpoint as a stray keyword (which passes it
+    on to the layer's forward, where **kwargs swallows it). A context_fn of your own does reach a LoRA model's layers. When this test fails, trl fixed it: notebook 01 can teach the switch."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from trl.models import enable_selective_activation_checkpointing
+
+    from course_utils.models import tiny_model_path
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path())
+    if lora:
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    enable_selective_activation_checkpointing(model)  # what SFTTrainer does for {"selective": True}
+    # what Trainer.train() then does with SFTConfig.activation_checkpointing_kwargs (transformers/trainer.py)
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False, "selective": True})
+    reached = _layer_checkpoint_kwargs(model)
+    assert ("context_fn" in reached) is (not lora), reached
+    own = SAC["checkpointing_kwargs"]("selective-attention")
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs=own)
+    # on LoRA your own context_fn reaches the layers; on a model trl wrapped, trl's wrapper puts its own in its place
+    assert (_layer_checkpoint_kwargs(model)["context_fn"] is own["context_fn"]) is lora

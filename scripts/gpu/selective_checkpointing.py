@@ -1,10 +1,12 @@
 """Selective activation checkpointing (SAC) beside none and full, on QLoRA, in one process (issue 29).
 
     python scripts/gpu/selective_checkpointing.py --out course_utils/reference/checkpointing/llama-3.1-8b.jsonl
+    python scripts/gpu/selective_checkpointing.py --lora-bf16 --out course_utils/reference/checkpointing/lora-bf16-llama-3.1-8b.jsonl
     python scripts/gpu/selective_checkpointing.py --device cpu --model tiny --seq 128 --out /tmp/sac.jsonl  # dry run
 
 The model is built the way every course run builds it (course_utils.build.build on a random-weight preset: NF4
-with double quantization, LoRA r=16 on q, k, v, o, bf16, the chapter's packed data), once. Then each setting trains
+with double quantization, LoRA r=16 on q, k, v, o, bf16, the chapter's packed data; --lora-bf16: notebook 01's
+bf16 LoRA with adamw_torch instead), once. Then each setting trains
 the same LoRA start on the same micro-batches with a fresh paged_adamw_8bit, interleaved with repeats (ABCDABCD), at
 each micro-batch size, sequence 512, one micro-batch per optimizer step. A setting is switched exactly as the
 Trainer switches it from `SFTConfig(activation_checkpointing=..., activation_checkpointing_kwargs=...)`
@@ -118,6 +120,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each setting, interleaved (ABCDABCD)")
+    ap.add_argument("--lora-bf16", action="store_true",
+                    help="notebook 01's recipe: bf16 LoRA (no 4-bit base) with adamw_torch, instead of QLoRA")
     args = ap.parse_args(argv)
     args.settings = [s.strip() for s in args.settings.split(",") if s.strip()]
     unknown = [s for s in args.settings if s not in SETTINGS]
@@ -150,7 +154,11 @@ def build_once(args):
     precision = "bf16" if args.device == "cuda" else "fp32"
     optimizer = "paged_adamw_8bit" if args.device == "cuda" else "adamw_8bit"  # bitsandbytes pages on CUDA only
     blocks = (args.warmup + args.steps + 1) * max(args.micro_batches)
-    recipe = source_chapter_recipe(args.model).with_(
+    recipe = source_chapter_recipe(args.model)
+    if args.lora_bf16:
+        optimizer = "adamw_torch"
+        recipe = recipe.with_(load_in_4bit=False, double_quant=False)
+    recipe = recipe.with_(
         micro_batch=max(args.micro_batches), grad_accum=1, max_seq_length=args.seq, precision=precision,
         optimizer=optimizer, steps=max(4, args.warmup + args.steps + 1), warmup_steps=1,
         label="selective checkpointing")
@@ -171,11 +179,14 @@ def batches(trainer, micro_batch: int, count: int, device) -> list[dict]:
     return out
 
 
-def make_optimizer(params, device: str):
+def make_optimizer(params, optimizer: str):
+    """The recipe's optimizer as the Trainer makes it for `optim=`: bitsandbytes' paged or unpaged 8-bit AdamW,
+    or torch's AdamW."""
     import bitsandbytes as bnb
 
-    opt = bnb.optim.PagedAdamW8bit if device == "cuda" else bnb.optim.AdamW8bit
-    return opt(params, lr=2e-4, weight_decay=0.0)
+    kind = {"paged_adamw_8bit": bnb.optim.PagedAdamW8bit, "adamw_8bit": bnb.optim.AdamW8bit,
+            "adamw_torch": torch.optim.AdamW}[optimizer]
+    return kind(params, lr=2e-4, weight_decay=0.0)
 
 
 def train_step(model, params, optimizer, batch, autocast: bool) -> float:
@@ -218,7 +229,7 @@ def run_one(model, start: dict, setting: str, data: list[dict], args, track: boo
             if name in start:
                 p.copy_(start[name])
     torch.manual_seed(0)  # LoRA dropout draws the same masks in every run
-    optimizer = make_optimizer(params, args.device)
+    optimizer = make_optimizer(params, args.optimizer)
     losses, seconds = [], None
     for i, batch in enumerate(data[: args.warmup + args.steps]):
         if i == args.warmup:
@@ -243,7 +254,8 @@ def summarize(setting: str, micro_batch: int, runs: list[dict], args, prov: dict
     """One JSON line: the setting's runs and their medians, with provenance."""
     peaks = [r["peak_allocated_bytes"] for r in runs if r["peak_allocated_bytes"] is not None]
     return dict(
-        prov, model=args.model, setting=setting, micro_batch=micro_batch, seq=args.seq, warmup=args.warmup,
+        prov, model=args.model, recipe="bf16 LoRA" if args.lora_bf16 else "QLoRA", optimizer=args.optimizer,
+        setting=setting, micro_batch=micro_batch, seq=args.seq, warmup=args.warmup,
         steps=args.steps, repeats=len(runs), activation_checkpointing=setting != "none",
         policy=POLICIES[setting].__doc__ if setting in POLICIES else None,
         tokens_per_s=statistics.median(r["tokens_per_s"] for r in runs),
@@ -276,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     prov = provenance(argv)
     built = build_once(args)
+    args.optimizer = built.recipe.optimizer
     model = built.trainer.model
     model.train()  # checkpointing acts in training mode only
     start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -299,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(line)
                 f.write(json.dumps(line) + "\n")
     print()
-    print(f"{args.model}, QLoRA (NF4, LoRA r=16 on q,k,v,o), sequence {args.seq}, {prov['device']}; "
+    what = "bf16 LoRA" if args.lora_bf16 else "QLoRA (NF4)"
+    print(f"{args.model}, {what}, LoRA r=16 on q,k,v,o, {args.optimizer}, sequence {args.seq}, {prov['device']}; "
           f"median of {args.repeats} interleaved runs, {args.steps} timed steps after {args.warmup} warm-up")
     print(table(lines))
     print(f"total {time.perf_counter() - t:.0f} s")

@@ -82,6 +82,7 @@ def test_a_dry_run_on_the_tiny_qlora_model(tmp_path, monkeypatch):
     first = lines["none"]
     assert first["command"] == "scripts/gpu/selective_checkpointing.py " + " ".join(argv)
     assert first["env"]["versions"]["torch"] == torch.__version__ and first["date"].endswith("Z")
+    assert SAC["main"](["--print-only", "--out", str(out)]) == 0  # the table again, from the file
 
 
 def _layer_checkpoint_kwargs(model) -> dict:

@@ -3,6 +3,7 @@
     python scripts/gpu/selective_checkpointing.py --out course_utils/reference/checkpointing/llama-3.1-8b.jsonl
     python scripts/gpu/selective_checkpointing.py --lora-bf16 --out course_utils/reference/checkpointing/lora-bf16-llama-3.1-8b.jsonl
     python scripts/gpu/selective_checkpointing.py --device cpu --model tiny --seq 128 --out /tmp/sac.jsonl  # dry run
+    python scripts/gpu/selective_checkpointing.py --print-only --out course_utils/reference/checkpointing/llama-3.1-8b.jsonl
 
 The model is built the way every course run builds it (course_utils.build.build on a random-weight preset: NF4
 with double quantization, LoRA r=16 on q, k, v, o, bf16, the chapter's packed data; --lora-bf16: notebook 01's
@@ -120,6 +121,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps per run")
     ap.add_argument("--steps", type=int, default=5, help="timed steps per run")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each setting, interleaved (ABCDABCD)")
+    ap.add_argument("--print-only", action="store_true", help="print the table of the lines in --out; measure nothing")
     ap.add_argument("--lora-bf16", action="store_true",
                     help="notebook 01's recipe: bf16 LoRA (no 4-bit base) with adamw_torch, instead of QLoRA")
     args = ap.parse_args(argv)
@@ -281,6 +283,13 @@ def table(lines: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.print_only:
+        lines = [json.loads(x) for x in Path(args.out).read_text().splitlines() if x.strip()]
+        for date in sorted({x["date"] for x in lines}):
+            run = [x for x in lines if x["date"] == date]
+            print(f"{run[0]['model']}, {run[0].get('recipe', 'QLoRA')}, {run[0]['device']}, {date}: {run[0]['command']}")
+            print(table(run))
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("selective_checkpointing.py measures on a CUDA GPU; --device cpu --model tiny is a dry run",
               file=sys.stderr)

@@ -5,16 +5,17 @@ Its room in the package: what the notebook's cells import, what its exercise che
 
 from __future__ import annotations
 
+import json
 
 from course_utils.build import lora_config
 from course_utils.chapter.every_notebook import load_for_inspection, needs_4bit_here, releases_memory
 from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _only, _positions, _refuse, _saving
 from course_utils.chapter.gradient_accumulation import set_seed_all
-from course_utils.common import GiB, MiB
+from course_utils.common import GiB, MiB, shipped
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, speed_words
 from course_utils.show.report import _joined, not_measured
-from course_utils.show.tables import wrap
+from course_utils.show.tables import Column, Table, wrap
 
 def _fig_01(start: Recipe, hw: str) -> dict:
     on, off, share = _saving(start, hw)
@@ -118,3 +119,25 @@ def closing_01(baseline: Measurement, checkpointed: Measurement, reference, mode
 EXERCISE = Exercise("01_gradient_checkpointing", "when checkpointing saves most", _T01, _fig_01, _check_01, _solve_01,
              "checkpointing on, then the micro-batch doubled until the saving passes half: past the loss's "
              "token tile its temporaries stop growing, the activations do not")
+
+
+def selective_rows(name: str = "llama-3.1-8b.jsonl") -> list[dict]:
+    """The shipped H200 run of none, full and selective checkpointing (scripts/gpu/selective_checkpointing.py,
+    course_utils/reference/checkpointing/): one dict per setting and micro-batch."""
+    path = shipped("reference", "checkpointing") / name
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def selective_table(name: str = "llama-3.1-8b.jsonl") -> Table:
+    """Notebook 01's 'Selective checkpointing, tried': peak and speed of each setting against no checkpointing,
+    in the one run the file holds."""
+    rows = selective_rows(name)
+    none = {r["micro_batch"]: r["tokens_per_s"] for r in rows if r["setting"] == "none"}
+    first = rows[0]
+    return Table([Column("setting"), Column("micro-batch", fmt="d"), Column("peak allocated", "GiB", fmt=".2f"),
+                  Column("kept for the backward", "GiB", fmt=".2f"), Column("tokens/s", fmt=",.0f"),
+                  Column("vs none", fmt=".2f")],
+                 [(r["setting"], r["micro_batch"], r["peak_allocated_bytes"] / GiB, r["saved_for_backward_bytes"] / GiB,
+                   r["tokens_per_s"], r["tokens_per_s"] / none[r["micro_batch"]]) for r in rows],
+                 title=f"{first['model']}, {first['recipe']}, sequence {first['seq']}, {first['device']}: median of "
+                       f"{first['repeats']} interleaved runs ({first['date'][:10]}, torch {first['env']['versions']['torch']})")

@@ -39,7 +39,9 @@ NO_RECORD = {"11_more_than_one_gpu": "it needs two GPUs (Kaggle's 2 x T4), and t
 # `python scripts/gpu/t4_check.py --notebooks 07,08,09,10` on a GPU, ships the records and empties this.
 PENDING_T4 = ("08_after_training", "09_beyond_the_recipe", "10_toward_the_limit")
 NOT_YET = "not yet checked under the T4 profile (a notebook new since the last T4 check; no record yet)"
-# Shipped records under a name no notebook has since issue 30's split, and where their lessons went (kept as shipped)
+# Records made before issue 30's split (dated before SPLIT_DATE) of a notebook it renamed or cut, and where their
+# lessons went: the README's table notes them (kept as shipped); a record made after the split needs no note
+SPLIT_DATE = "2026-12-03"
 SPLIT_FROM = {"08_beyond_the_recipe": "the notebook before issue 30's split, now 09_beyond_the_recipe and 10_toward_the_limit",
               "07_complete_recipe": "checked before issue 30's split, when the notebook also trained, reloaded and merged "
                                     "the adapter (now notebook 08_after_training)"}
@@ -310,7 +312,7 @@ def markdown_table(path: Path = RECORDS) -> str:
     rows, notes = [], []
     for nb in sorted({n for n, _ in newest} | set(PENDING_T4)):
         cells = []
-        if nb in SPLIT_FROM:
+        if nb in SPLIT_FROM and all(r["date"] < SPLIT_DATE for (n, _), r in newest.items() if n == nb):
             notes.append(f"{len(notes) + 1}. {nb}: {SPLIT_FROM[nb]}.")
             nb = f"{nb} (note {len(notes)})"
         for v in VARIANTS:

@@ -35,7 +35,7 @@ def h200() -> list[Measurement]:
 
 
 def explore() -> list[Measurement]:
-    """Notebook 08's reference: the explore run, in the notebook's order."""
+    """Notebook 09's reference: the explore run, in the notebook's order."""
     runs = beyond.by_label(beyond.reference(run="explore"))
     order = ["source recipe (1x16)", "+ no fp32 upcast", "+ embeddings on CPU", "+ Liger kernels", "lean 2x8",
              "lean recipe (4x4)", "fast recipe (16x1)"]
@@ -102,7 +102,7 @@ def nb07_h200() -> tuple[list, list]:
 
 
 def nb09_cpu() -> tuple[list, list]:
-    """Notebook 08 as committed: the path on a CPU, Liger and activation offloading skipped."""
+    """Notebook 09 as committed: the path on a CPU, Liger and activation offloading skipped."""
     src = source_chapter_recipe("tiny").with_(grad_accum=8, max_seq_length=128, steps=4, warmup_steps=1,
                                               learning_rate=1e-3, precision="fp32", label="source recipe (1x8)")
     path = [r.with_(liger_kernels=False, label=r.label) for r in beyond.path_from(src)]
@@ -112,7 +112,7 @@ def nb09_cpu() -> tuple[list, list]:
 
 
 def nb09_h200() -> tuple[list, list]:
-    """Notebook 08 with USE_LLAMA_8B on an H200: this run's points within a few percent of the shipped ones."""
+    """Notebook 09 with USE_LLAMA_8B on an H200: this run's points within a few percent of the shipped ones."""
     rng = random.Random(8)
     path = beyond.path_from(beyond.source("llama-3.1-8b"))
     figures = [(8.22, 1090), (5.81, 1177), (4.83, 1235), (4.81, 1545), (5.44, 4575), (9.03, 11752), (6.30, 10626)]

@@ -79,7 +79,7 @@ def test_one_technique_is_one_group_of_knobs_and_nothing_else():
     auto = plot_cases.make(Recipe(label="auto", precision="auto", load_in_4bit=True), 60, 800)  # fp32 on a CPU
     assert plots.one_technique(base, auto)
     ddp = plot_cases.make(Recipe(label="2 processes"), 100, 1800)
-    ddp.gpus, ddp.strategy = 2, "ddp"  # notebook 09: one process against two
+    ddp.gpus, ddp.strategy = 2, "ddp"  # notebook 11: one process against two
     assert plots.one_technique(base, ddp)
 
 

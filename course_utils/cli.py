@@ -312,7 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("--gpus", type=_gpu_count, default=1,
                      help="processes that train together, one per GPU (on a machine without GPUs, gloo CPU processes); "
-                          "above 1 every rung runs through accelerate launch (notebook 09)")
+                          "above 1 every rung runs through accelerate launch (notebook 11)")
     run.add_argument("--strategy", choices=("ddp", "fsdp", "fsdp_offload"), default=None,
                      help="with --gpus: ddp (default), fsdp (full shard, GPUs only) or fsdp_offload")
     add_recipe_flags(run, "run", {"": run_base("tiny")},

@@ -31,7 +31,7 @@ _OWN = "not derived: the subcommand's own --model (its default and help differ p
 _LABEL = "a display name, not a knob"
 _RUNG = "a rung of the ladder sets it: on the baseline it would be overwritten, or make its rung a no-op"
 _LORA = "the ladder is the chapter's LoRA, at Recipe's defaults (and a full fine-tune cannot take the 4-bit rung)"
-_BEYOND = "notebook 08's technique, beyond the chapter's ladder (scripts/gpu/beyond_recipe.py measures it)"
+_BEYOND = "notebook 09's technique, beyond the chapter's ladder (scripts/gpu/beyond_recipe.py measures it)"
 _NO_MEMORY = "the estimate of one step's memory does not depend on it"
 NOT_EXPOSED = {
     "estimate": {

@@ -1,5 +1,5 @@
 """More than one GPU: train a recipe on several processes with `accelerate launch`, measured per GPU
-(notebook 09_more_than_one_gpu).
+(notebook 11_more_than_one_gpu).
 
 Two ways to use a second card, both PyTorch's own engines, driven by accelerate and the Trainer:
 
@@ -137,7 +137,7 @@ def launch(recipe: Recipe, gpus: int = 2, strategy: str = "ddp", *, store: Resul
            save_adapter: str | os.PathLike | None = None, workdir: str | os.PathLike | None = None,
            first_step: bool = False) -> Measurement:
     """Train the recipe on `gpus` processes with `accelerate launch` and the strategy's shipped config, and
-    return one Measurement of the whole run (notebook 09_more_than_one_gpu; `course run --gpus N`).
+    return one Measurement of the whole run (notebook 11_more_than_one_gpu; `course run --gpus N`).
 
     The recipe is per GPU: each rank trains micro_batch x grad_accum sequences a step, so a step of the run
     trains gpus times that. The result's peak_bytes and cuda_max_allocated/reserved are the largest of any
@@ -369,7 +369,7 @@ def _leave_process_group() -> None:
 
 
 def fsdp_ready(recipe: Recipe) -> Recipe:
-    """A recipe as FSDP-QLoRA runs it (notebook 09; `course run --strategy fsdp`): 4-bit weights share one
+    """A recipe as FSDP-QLoRA runs it (notebook 11; `course run --strategy fsdp`): 4-bit weights share one
     storage dtype with every other weight of a unit, so no fp32 upcast (prepare_kbit=False); others unchanged."""
     return recipe.with_(prepare_kbit=False, label=recipe.label) if recipe.load_in_4bit else recipe
 

@@ -290,7 +290,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-OPTIONAL_STACK = ("liger-kernel",)  # notebook 08's Liger kernels (CUDA only)
+OPTIONAL_STACK = ("liger-kernel",)  # notebook 09's Liger kernels (CUDA only)
 
 
 def total_memory_bytes() -> int:

@@ -141,7 +141,7 @@ class Recipe:
     learning_rate: float = 2e-4
     seed: int = 0
     prepare_kbit: bool = True  # call peft's prepare_model_for_kbit_training on 4-bit models
-    # --- beyond the source chapter (notebook 08) ---
+    # --- beyond the source chapter (notebook 09) ---
     offload_embeddings: bool = False  # keep the input embedding table in CPU memory and look tokens up there
     liger_kernels: bool = False  # Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)
     torch_compile: bool = False  # compile the model with torch.compile (the Trainer's torch_compile)

@@ -67,7 +67,7 @@ NOISY_SPREAD = 0.5  # (slowest - fastest) / median of the timed steps' tokens/s 
 NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
 # Speeds of one run each move this much between runs of one recipe on one machine (CPU: identical recipes in the
 # committed notebooks differ by 15-26%; H200: a host-bound 1 x 16 step moved 1.04-1.13x from one process to the
-# next, notebook 08), so describe_change calls a smaller speed change no effect (nor one within the runs' own spread).
+# next, notebook 09), so describe_change calls a smaller speed change no effect (nor one within the runs' own spread).
 SPEED_SPREAD = 0.30
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
 STRATEGIES = ("", "ddp", "fsdp", "fsdp_offload")  # how a run used several processes (distributed.py); "" for one
@@ -437,7 +437,7 @@ def reference_results(name: str | None = None) -> list[Measurement]:
 
 
 def all_reference_results() -> list[Measurement]:
-    """The chapter's reference runs and those of notebook 08 (reference/beyond/), together."""
+    """The chapter's reference runs and those of notebook 09 (reference/beyond/), together."""
     return reference_results() + shipped_results("beyond")
 
 

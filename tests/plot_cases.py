@@ -35,7 +35,7 @@ def h200() -> list[Measurement]:
 
 
 def explore() -> list[Measurement]:
-    """Notebook 08's reference: the explore run, in the notebook's order."""
+    """Notebook 09's reference: the explore run, in the notebook's order."""
     runs = beyond.by_label(beyond.reference(run="explore"))
     order = ["source recipe (1x16)", "+ no fp32 upcast", "+ embeddings on CPU", "+ Liger kernels", "lean 2x8",
              "lean recipe (4x4)", "fast recipe (16x1)"]
@@ -101,8 +101,8 @@ def nb07_h200() -> tuple[list, list]:
                                       (15.3, 2450), (8.3, 1150), (7.9, 1350)], (8.22, 1003), "NVIDIA H200", None)
 
 
-def nb08_cpu() -> tuple[list, list]:
-    """Notebook 08 as committed: the path on a CPU, Liger and activation offloading skipped."""
+def nb09_cpu() -> tuple[list, list]:
+    """Notebook 09 as committed: the path on a CPU, Liger and activation offloading skipped."""
     src = source_chapter_recipe("tiny").with_(grad_accum=8, max_seq_length=128, steps=4, warmup_steps=1,
                                               learning_rate=1e-3, precision="fp32", label="source recipe (1x8)")
     path = [r.with_(liger_kernels=False, label=r.label) for r in beyond.path_from(src)]
@@ -111,8 +111,8 @@ def nb08_cpu() -> tuple[list, list]:
     return [make(r, p, s) for r, (p, s) in zip(path, figures)], explore()
 
 
-def nb08_h200() -> tuple[list, list]:
-    """Notebook 08 with USE_LLAMA_8B on an H200: this run's points within a few percent of the shipped ones."""
+def nb09_h200() -> tuple[list, list]:
+    """Notebook 09 with USE_LLAMA_8B on an H200: this run's points within a few percent of the shipped ones."""
     rng = random.Random(8)
     path = beyond.path_from(beyond.source("llama-3.1-8b"))
     figures = [(8.22, 1090), (5.81, 1177), (4.83, 1235), (4.81, 1545), (5.44, 4575), (9.03, 11752), (6.30, 10626)]
@@ -121,11 +121,11 @@ def nb08_h200() -> tuple[list, list]:
     return mine, explore()
 
 
-CASES = {"03-cpu": nb03_cpu, "07-cpu": nb07_cpu, "07-t4": nb07_t4, "07-h200": nb07_h200, "08-cpu": nb08_cpu,
-         "08-h200": nb08_h200}
+CASES = {"03-cpu": nb03_cpu, "07-cpu": nb07_cpu, "07-t4": nb07_t4, "07-h200": nb07_h200, "09-cpu": nb09_cpu,
+         "09-h200": nb09_h200}
 TITLES = {"03": "Memory against speed, every technique so far",
           "07": "Memory against speed: every technique in the chapter",
-          "08": "Memory against speed: beyond the source recipe"}
+          "09": "Memory against speed: beyond the source recipe"}
 
 
 def draw(case: str):

@@ -1,4 +1,4 @@
-"""Notebook 08's changes: the recipe knobs, what a CPU does with them, the estimator's model of them, the
+"""Notebook 09's changes: the recipe knobs, what a CPU does with them, the estimator's model of them, the
 side-by-side table and its targets, and the shipped H200 data (checked against the issue's targets)."""
 
 from __future__ import annotations

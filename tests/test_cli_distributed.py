@@ -1,5 +1,5 @@
 """`course run --gpus N`, `course estimate --gpus N --strategy ...` and `course plan --budget "2 x 15 GiB"`
-(course_utils.cli, notebook 09_more_than_one_gpu): argument parsing and the paths the flags choose, in this
+(course_utils.cli, notebook 11_more_than_one_gpu): argument parsing and the paths the flags choose, in this
 process with distributed.launch replaced. No real `course run --gpus 2` runs here: it launches every rung of the
 ladder (about 20 s a launch on 2 cores); the real two-process run is tests/test_distributed.py's.
 """

@@ -1,4 +1,4 @@
-"""The multi-process path (course_utils.distributed, notebook 09_more_than_one_gpu) on a CPU: two gloo processes
+"""The multi-process path (course_utils.distributed, notebook 11_more_than_one_gpu) on a CPU: two gloo processes
 train the embedded tiny model with DDP through `accelerate launch` and the shipped config, once for the whole
 file (a module fixture), beside one process that trains the whole batch in this process. The ranks see
 different data, their averaged gradients are those of the whole batch, rank 0 alone saves the adapter, and

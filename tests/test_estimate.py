@@ -92,7 +92,7 @@ def test_peak_moments_match_the_references():
 
 
 def test_every_shipped_gpu_run_within_two_percent():
-    """The estimator against all shipped H200 runs (the chapter's and notebook 08's), activation offloading aside:
+    """The estimator against all shipped H200 runs (the chapter's and notebook 09's), activation offloading aside:
     it is the one change the estimator does not model."""
     from course_utils.estimate import estimate
     from course_utils.results import all_reference_results

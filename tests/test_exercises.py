@@ -46,8 +46,15 @@ def script():
 
 
 def test_every_notebook_has_an_exercise():
+    """Every notebook but those WITHOUT_EXERCISE names (with the reason) has one, and those have no Try it cell."""
+    from course_utils.chapter.exercises import WITHOUT_EXERCISE
+
     assert NOTEBOOKS
-    assert sorted(EXERCISES) == [p.stem for p in NOTEBOOKS]
+    assert sorted(EXERCISES) == [p.stem for p in NOTEBOOKS if p.stem not in WITHOUT_EXERCISE]
+    assert set(WITHOUT_EXERCISE) <= {p.stem for p in NOTEBOOKS} and all(WITHOUT_EXERCISE.values())
+    for p in NOTEBOOKS:
+        if p.stem in WITHOUT_EXERCISE:
+            assert "show_exercise(" not in p.read_text(), p.name
 
 
 @pytest.mark.parametrize("name", list(EXERCISES))
@@ -102,13 +109,13 @@ def _wrong(base: Recipe) -> list[tuple[str, Recipe, str]]:
         ("07_complete_recipe", chapter.with_(precision="auto"), "fits a T4 too"),
         ("07_complete_recipe", chapter.with_(precision="auto", micro_batch=16, grad_accum=1), "does not fit"),
         ("07_complete_recipe", chapter.with_(precision="auto", micro_batch=8, grad_accum=1), "keep 16 sequences"),
-        ("08_beyond_the_recipe", chapter, "more than the chapter's 6GB"),
-        ("08_beyond_the_recipe", chapter.with_(prepare_kbit=False), "more than the chapter's 6GB"),
-        ("08_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, max_seq_length=256),
+        ("09_beyond_the_recipe", chapter, "more than the chapter's 6GB"),
+        ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False), "more than the chapter's 6GB"),
+        ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, max_seq_length=256),
          "also changes max_seq_length=512"),
-        ("08_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, micro_batch=2),
+        ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, micro_batch=2),
          "keep 16 sequences"),
-        ("08_beyond_the_recipe", chapter.with_(load_in_4bit=False), "change only"),
+        ("09_beyond_the_recipe", chapter.with_(load_in_4bit=False), "change only"),
     ]
 
 
@@ -182,7 +189,7 @@ def test_the_hardware_is_this_machines_unless_the_exercise_fixes_it(monkeypatch)
     monkeypatch.setattr(X, "hardware_here", lambda: "gpu")
     assert exercise("01_gradient_checkpointing").hw() == "gpu"
     assert exercise("05_qlora_4bit").hw() == "t4" and exercise("05_qlora_4bit").hw("gpu") == "t4"
-    assert exercise("08_beyond_the_recipe").hw("t4") == "gpu"
+    assert exercise("09_beyond_the_recipe").hw("t4") == "gpu"
 
 
 @pytest.mark.parametrize("model", ["smollm2-360m", LLAMA])
@@ -229,7 +236,9 @@ def test_shown_text_fits_and_the_solution_shows_only_when_asked(base):
 
 # --- the insert script -------------------------------------------------------------------------------------
 def _copy(tmp_path: Path) -> list[Path]:
-    for p in NOTEBOOKS:
+    from course_utils.chapter.exercises import WITHOUT_EXERCISE
+
+    for p in (p for p in NOTEBOOKS if p.stem not in WITHOUT_EXERCISE):
         shutil.copy(p, tmp_path / p.name)
     return sorted(tmp_path.glob("*.ipynb"))
 

@@ -88,7 +88,7 @@ def test_sdpa_gets_grouped_query_attention_only_without_a_mask(mask, gqa):
 
 
 def test_accelerate_deprecates_sharding_strategy_for_reshard_after_forward():
-    """C24: what notebook 09 says of the shipped FSDP1 config's key."""
+    """C24: what notebook 11 says of the shipped FSDP1 config's key."""
     from accelerate.utils import dataclasses as acc
 
     assert "sharding_strategy is deprecated in favor of reshard_after_forward" in inspect.getsource(acc)

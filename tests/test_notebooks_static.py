@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = ["00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation",
             "03_efficient_optimizers", "04_mixed_precision", "05_qlora_4bit",
-            "06_sequence_length_and_batch", "07_complete_recipe", "08_beyond_the_recipe",
-            "09_more_than_one_gpu"]
+            "06_sequence_length_and_batch", "07_complete_recipe", "08_after_training",
+            "09_beyond_the_recipe", "10_toward_the_limit", "11_more_than_one_gpu"]
 ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|work|tmp|usr|opt|Users|content)/[\w.\-/]+")
 
 

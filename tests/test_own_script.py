@@ -23,7 +23,7 @@ from course_utils.chapter.library_map import _Name
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT_CELL = "# The source chapter's complete script"  # notebook 07 (tests/test_notebooks_static.py)
 CALLS = ("SFTConfig", "LoraConfig", "BitsAndBytesConfig", "from_pretrained", "prepare_model_for_kbit_training")
-WITH_CELLS = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09")
+WITH_CELLS = ("00", "01", "02", "03", "04", "05", "06", "07", "09", "11")
 # what notebook 07's script computes at run time, as a GPU with bf16 has it
 GPU_NAMES = {"torch": torch, "precision": own_script.GPU_PRECISION, "compute_dtype": torch.bfloat16, "on_gpu": True}
 

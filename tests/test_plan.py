@@ -42,7 +42,7 @@ def test_candidate_grid():
     from course_utils.estimate.plan import EFFECTIVE_BATCH, candidate_recipes
 
     grid = candidate_recipes("llama-3.1-8b")
-    assert len(grid) == len({r.key for r in grid}) == 90 + 4 * 30  # notebook 08's 4 changes on the 30 4-bit ones
+    assert len(grid) == len({r.key for r in grid}) == 90 + 4 * 30  # notebook 09's 4 changes on the 30 4-bit ones
     assert len(candidate_recipes("llama-3.1-8b", tuned=False)) == 90
     assert len(candidate_recipes("llama-3.1-8b", precision="fp16")) == 90  # no upcast-free recipes in fp16
     assert all(r.effective_batch == EFFECTIVE_BATCH and r.max_seq_length == 512 for r in grid)
@@ -126,7 +126,7 @@ def test_budget_too_small_gives_a_clear_message(capsys):
 
 
 def test_8gib_pick_is_the_one_measured_on_the_gpu():
-    """8 GiB: the source recipe does not fit (9.44 GiB reserved); notebook 08's changes do, and the pick's
+    """8 GiB: the source recipe does not fit (9.44 GiB reserved); notebook 09's changes do, and the pick's
     speed is the H200 measurement of scripts/gpu/check_plan.py."""
     from course_utils.estimate.planner import plan
 

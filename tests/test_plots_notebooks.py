@@ -47,7 +47,7 @@ def _is(p, q):
     ("07-cpu", ["source chapter recipe (seq 256)"]),
     ("07-t4", ["source chapter recipe (seq 512)"]),
     ("07-h200", ["source chapter recipe (seq 512)"]),
-    ("08-h200", ["fast recipe (16x1)", "fast, embeddings + activations on CPU (16x1)"]),
+    ("09-h200", ["fast recipe (16x1)", "fast, embeddings + activations on CPU (16x1)"]),
 ])
 def test_arrows_join_only_the_steps_that_add_one_technique(case, apart, figures):
     mine, _ = plot_cases.CASES[case]()
@@ -79,7 +79,7 @@ def test_one_technique_is_one_group_of_knobs_and_nothing_else():
     auto = plot_cases.make(Recipe(label="auto", precision="auto", load_in_4bit=True), 60, 800)  # fp32 on a CPU
     assert plots.one_technique(base, auto)
     ddp = plot_cases.make(Recipe(label="2 processes"), 100, 1800)
-    ddp.gpus, ddp.strategy = 2, "ddp"  # notebook 09: one process against two
+    ddp.gpus, ddp.strategy = 2, "ddp"  # notebook 11: one process against two
     assert plots.one_technique(base, ddp)
 
 
@@ -149,7 +149,7 @@ def _box(t, renderer):
     return (b.x0, b.y0, b.x1, b.y1)
 
 
-@pytest.mark.parametrize("case", ["07-h200", "08-h200"])
+@pytest.mark.parametrize("case", ["07-h200", "09-h200"])
 def test_this_runs_points_are_drawn_over_the_reference_runs(case, figures):
     ax = figures(case).axes[0]
     mine, ref = [c for c in ax.collections if c.get_gid() == "points" and c.get_label().startswith("this run")], \

@@ -24,17 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_BANKS = (
     "00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation", "03_efficient_optimizers",
     "04_mixed_precision", "05_qlora_4bit", "06_sequence_length_and_batch", "07_complete_recipe",
-    "08_beyond_the_recipe", "09_more_than_one_gpu",
+    "08_after_training", "09_beyond_the_recipe", "10_toward_the_limit", "11_more_than_one_gpu",
 )
-CHAPTER_BANKS = NOTEBOOK_BANKS[:-1]  # the chapter quiz draws from 00-08; 09 goes beyond the chapter
+CHAPTER_BANKS = NOTEBOOK_BANKS[:-1]  # the chapter quiz draws from 00-10; 11 goes beyond the chapter
 
 
 # --- the shipped banks ---------------------------------------------------------------------------
+SPLIT_BANKS = ("08_after_training", "09_beyond_the_recipe", "10_toward_the_limit")  # issue 30 split two banks of 7
+
+
 def test_every_notebook_has_a_valid_bank_of_at_least_five_questions():
     banks = {b.name: b for b in all_banks()}  # validates every file and cross-bank id uniqueness
-    assert set(NOTEBOOK_BANKS) <= set(banks)
-    for name in NOTEBOOK_BANKS:
-        assert len(banks[name]) >= 5, name
+    assert set(NOTEBOOK_BANKS) <= set(banks) and set(banks) == set(NOTEBOOK_BANKS)
+    for name in NOTEBOOK_BANKS:  # the split's banks: at least 3, each notebook under 30 minutes (test_study_time)
+        assert len(banks[name]) >= (3 if name in SPLIT_BANKS else 5), name
     assert sum(len(b) for b in banks.values()) >= 45
 
 
@@ -422,11 +425,12 @@ def test_markdown_escapes_formatting_outside_code():
 
 
 def test_chapter_quiz_draws_from_every_bank():
-    qs = Q.chapter_questions(10, seed=0)
-    assert len(qs) == 10 and len({q.id for q in qs}) == 10
-    assert {q.bank for q in qs} == set(CHAPTER_BANKS)  # 10 questions, 9 banks: every bank is asked
-    assert [q.id for q in Q.chapter_questions(10, seed=0)] == [q.id for q in qs]  # same seed, same quiz
-    assert [q.id for q in Q.chapter_questions(10, seed=1)] != [q.id for q in qs]
+    n = len(CHAPTER_BANKS)  # notebook 10 asks one question of each bank (show_chapter_quiz(n=11))
+    qs = Q.chapter_questions(n, seed=0)
+    assert len(qs) == n and len({q.id for q in qs}) == n
+    assert {q.bank for q in qs} == set(CHAPTER_BANKS)  # 11 questions, 11 banks: every bank is asked
+    assert [q.id for q in Q.chapter_questions(n, seed=0)] == [q.id for q in qs]  # same seed, same quiz
+    assert [q.id for q in Q.chapter_questions(n, seed=1)] != [q.id for q in qs]
     assert [q.bank for q in qs] == sorted(q.bank for q in qs)  # in notebook order
     total = sum(len(b) for b in quiz_bank.chapter_banks())
     assert len(Q.chapter_questions(total)) == total

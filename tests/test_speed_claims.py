@@ -32,7 +32,7 @@ def test_a_run_whose_own_steps_were_noisier_widens_the_spread():
 
 
 def test_the_h200_liger_step_is_not_called_a_speed_effect():
-    """Notebook 08's '+ Liger kernels' at 1 x 16: +25% in one explore run, slower than its source in the peer run."""
+    """Notebook 09's '+ Liger kernels' at 1 x 16: +25% in one explore run, slower than its source in the peer run."""
     from course_utils.chapter import beyond_the_recipe as beyond
     from course_utils.chapter import toward_the_limit
 

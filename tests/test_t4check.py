@@ -23,7 +23,9 @@ def test_every_notebook_and_variant_has_a_record_that_ran_through():
     newest = records()
     for variant in t4check.VARIANTS:
         got = {r["notebook"]: r for r in newest if r["variant"] == variant}
-        assert set(got) == stems - set(t4check.NO_RECORD), variant  # 09 needs two GPUs: no record, said so
+        # 11 needs two GPUs: no record, said so; the notebooks of issue 30's split wait for their first check (PENDING_T4);
+        # a record under a name from before the split stays as shipped (SPLIT_FROM says where its lessons went)
+        assert set(got) == (stems - set(t4check.NO_RECORD) - set(t4check.PENDING_T4)) | set(t4check.SPLIT_FROM), variant
         failed = {n: r["first_failure"][:80] for n, r in got.items() if not r["ran_through"]}
         assert not failed, failed
         for r in got.values():

@@ -1,4 +1,4 @@
-"""After training: save the adapter, load it back in a fresh process, generate before and after, merge it,
+"""Notebook 08 (notebooks/08_after_training.ipynb, quizzes/08_after_training.yaml): After training: save the adapter, load it back in a fresh process, generate before and after, merge it,
 and read the memory a learner sees on their own card.
 
 - `train_and_save(recipe, folder)`: build, train with build's trainer, save the LoRA adapter and tokenizer

@@ -1,4 +1,4 @@
-"""Notebook 08 (notebooks/08_beyond_the_recipe.ipynb, quizzes/08_beyond_the_recipe.yaml): Beyond the source recipe: leaner and faster.
+"""Notebook 09 (notebooks/09_beyond_the_recipe.ipynb, quizzes/09_beyond_the_recipe.yaml): Beyond the source recipe: leaner and faster.
 
 Beyond the source recipe: a leaner and a faster QLoRA recipe, one measured change at a time.
 
@@ -96,10 +96,10 @@ def fast_low_memory(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
 
 
 # ---------------------------------------------------------------------------------------------
-# the same changes on this machine (notebook 08)
+# the same changes on this machine (notebook 09)
 # ---------------------------------------------------------------------------------------------
 def path_here(model: str) -> list[Recipe]:
-    """Notebook 08's recipes on this machine: the source recipe, each change, the lean and the fast recipe,
+    """Notebook 09's recipes on this machine: the source recipe, each change, the lean and the fast recipe,
     and the fast one with activations on CPU too.
 
     On a GPU without bf16 (a T4, or the T4 profile) every recipe trains in fp16 instead of bf16.
@@ -342,7 +342,7 @@ _T08 = ("The chapter says \"{claim}\". Its own recipe on Llama-3.1-8B (`source_c
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
-EXERCISE = Exercise("08_beyond_the_recipe", "the chapter's claim for a small card", _T08, _fig_08, _check_08, _solve_08,
+EXERCISE = Exercise("09_beyond_the_recipe", "the chapter's claim for a small card", _T08, _fig_08, _check_08, _solve_08,
              "no fp32 upcast, then embeddings on CPU, activations on CPU and Liger kernels, each added only while "
              "the estimate is over", hardware="gpu", start_code='source_chapter_recipe("llama-3.1-8b")',
              start=lambda base: source_chapter_recipe(REFERENCE_MODEL),

@@ -16,8 +16,8 @@ The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_
 checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
 
 Hardware: on a CPU the estimate's CPU; on a GPU this machine's kind ('gpu' with bf16; 't4' without it or
-under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 08 about the chapter's claim for a
-bf16 GPU and 09 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 09's
+under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 09 about the chapter's claim for a
+bf16 GPU and 11 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 11's
 answer is a number of GPUs (answer_kind="gpus"; its check: exercise_checks_multi), the others' a Recipe.
 """
 
@@ -192,7 +192,7 @@ def _saving(r: Recipe, hw: str) -> tuple:
     return on, off, 1 - on.peak_bytes / off.peak_bytes
 
 
-# --- 08: the chapter's "7B on 6GB", with notebook 08's changes --------------------------------------------
+# --- 09: the chapter's "7B on 6GB", with notebook 09's changes --------------------------------------------
 BEYOND_KNOBS = {"prepare_kbit", "offload_embeddings", "liger_kernels", "offload_activations", "torch_compile",
                 "micro_batch", "grad_accum"}
 
@@ -260,7 +260,7 @@ class Exercise:
     start: Callable[[Recipe], Recipe] = lambda base: base
     setup: str = ""  # an import the notebook's cell needs for start_code
     base_name: str = "base"  # what the notebook's cells pass as `base`
-    answer_kind: str = "recipe"  # or "gpus": the answer is a whole number of GPUs (notebook 09)
+    answer_kind: str = "recipe"  # or "gpus": the answer is a whole number of GPUs (notebook 11)
 
     def hw(self, hardware: str | None = None) -> str:
         """The estimator's hardware for this exercise: fixed by the exercise, else `hardware` (this machine's by
@@ -309,7 +309,10 @@ def _recipe(value, what: str) -> Recipe:
                             f"{type(value).__name__} {value!r:.60}.")
     return value
 
-NOTEBOOKS = ("00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation", "03_efficient_optimizers", "04_mixed_precision", "05_qlora_4bit", "06_sequence_length_and_batch", "07_complete_recipe", "08_beyond_the_recipe", "09_more_than_one_gpu")  # the chapter, in order
+NOTEBOOKS = ("00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation", "03_efficient_optimizers", "04_mixed_precision", "05_qlora_4bit", "06_sequence_length_and_batch", "07_complete_recipe", "09_beyond_the_recipe", "11_more_than_one_gpu")  # the notebooks with a Try it, in order
+# Notebooks without a Try it, and why (tests/test_exercises.py: every other notebook has one)
+WITHOUT_EXERCISE = {"08_after_training": "it loads, merges and reads memory; the planner it shows is notebook 07's exercise",
+                    "10_toward_the_limit": "it reads shipped H200 runs only; nothing in it is a recipe to change"}
 
 
 @functools.cache

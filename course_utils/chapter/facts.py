@@ -8,12 +8,12 @@ spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with t
   rung(label, model="tiny")         a recipe of the chapter's ladder, built on notebook 07's base for a CPU
   chapter(model="llama-3.1-8b")     the source chapter's recipe (QLoRA 1x16, checkpointing, paged 8-bit AdamW)
   t4(notebook, label, variant="small")  a run of the shipped T4 check (course_utils/reference/t4/)
-  beyond(label, run="")             a shipped run of notebook 08's recipes (course_utils/reference/beyond/)
+  beyond(label, run="")             a shipped run of notebook 09's recipes (course_utils/reference/beyond/)
   shapes(model), nf4_bits(dq)       a model's shapes; bits per weight of NF4 (with double quant)
   peer(batch, name="unsloth")       a peer stack's runs (reference/beyond/peers/, measured; else peers.json)
   planner(model, budget, hardware)  course_utils.estimate.planner.plan(...): its rows, its pick (with .speed)
   accuracy()                        the estimate against every GPU reference run (scripts/gpu/estimator_accuracy.py)
-  curves(run="", label=None)        how notebook 08's loss curves agree with the source recipe's
+  curves(run="", label=None)        how notebook 09's loss curves agree with the source recipe's
   toward(label, run="", peak=None)  that run (or, in run "peer-run", the peer's) against its limit and floor (limits.py)
   matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
   tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/chapter/toward_the_limit.py)
@@ -98,7 +98,7 @@ def beyond_run(label: str, run: str = "", model: str = "llama-3.1-8b"):
 
     found = beyond.by_label(beyond.reference(model, run))
     if label not in found:
-        raise FactError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
+        raise FactError(f"no {run or 'side-by-side'} run of notebook 09 labelled {label!r}; there are: {sorted(found)}")
     return found[label]
 
 
@@ -162,7 +162,7 @@ def shapes(model: str):
 
 @functools.lru_cache(maxsize=None)
 def _targets() -> SimpleNamespace:
-    """Notebook 08's targets (course_utils.beyond)."""
+    """Notebook 09's targets (course_utils.beyond)."""
 
     return SimpleNamespace(lean_max_ratio=beyond.LEAN_MAX_RATIO, lean_max_gib=beyond.LEAN_MAX_GIB,
                            fast_max_gib=beyond.FAST_MAX_GIB, fast_min_speedup=beyond.FAST_MIN_SPEEDUP,
@@ -226,7 +226,7 @@ class Accuracy:
         return [r for r in self.runs if (chapter is None or r.chapter == chapter) and r.label not in but]
 
     def count(self, chapter=None, within=None, but=()) -> int:
-        """How many runs (of the chapter's, chapter=True; of notebook 08's, False) miss by at most `within` %."""
+        """How many runs (of the chapter's, chapter=True; of notebook 09's, False) miss by at most `within` %."""
         return sum(within is None or abs(r.error) <= within for r in self._select(chapter, but))
 
     def largest(self, chapter=None, but=()) -> float:
@@ -255,7 +255,7 @@ def accuracy() -> Accuracy:
 
 
 def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None) -> SimpleNamespace:
-    """Notebook 08's loss curves against the source recipe's in one shipped run: .max_gap (the largest gap of
+    """Notebook 09's loss curves against the source recipe's in one shipped run: .max_gap (the largest gap of
     any recipe's per-step loss from the source's; in run "peer-run" the peer's runs count too), .fall (how far the
     source's loss fell), .steps; with `label`,
     that recipe's (in run "peer-run" the peer's too) with .apart_from, the first step more than

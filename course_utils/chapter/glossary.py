@@ -146,7 +146,7 @@ TERMS = (
          "them. Paged optimizers keep their state in it, so that it can move to the CPU when the GPU runs out.",
          r"\bunified memory\b"),
     Term("peer", "the other library measured beside the course's recipes (Unsloth)",
-         "In notebook 08: the other fine-tuning library (Unsloth) measured on the same GPU, model and data beside "
+         "In notebook 10: the other fine-tuning library (Unsloth) measured on the same GPU, model and data beside "
          "the course's own recipes, for a comparison on equal terms.", r"\bpeers?\b"),
     Term("lease", "one session on a lent GPU machine",
          "One session on a lent GPU machine, during which the course's reference runs were measured; runs of one "

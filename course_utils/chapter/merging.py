@@ -1,4 +1,4 @@
-"""Notebook 07 (after training): merging a LoRA adapter into its base, measured beside the estimate.
+"""Notebook 08 (after training): merging a LoRA adapter into its base, measured beside the estimate.
 
 `merge_adapter(folder)` beside `merge_estimate(model, ...)`: peft 0.21's merge_and_unload on a
 bitsandbytes 4-bit layer (peft/tuners/lora/bnb.py, Linear4bit.merge) warns "Merge lora module to 4-bit

@@ -1,6 +1,6 @@
-"""Notebook 09 (notebooks/09_more_than_one_gpu.ipynb, quizzes/09_more_than_one_gpu.yaml): More than one GPU: DDP and FSDP-QLoRA.
+"""Notebook 11 (notebooks/11_more_than_one_gpu.ipynb, quizzes/11_more_than_one_gpu.yaml): More than one GPU: DDP and FSDP-QLoRA.
 
-The check behind notebook 09_more_than_one_gpu's exercise (course_utils.exercises): the smallest number of
+The check behind notebook 11_more_than_one_gpu's exercise (course_utils.exercises): the smallest number of
 24 GiB GPUs on which FSDP-QLoRA of the Llama-3.1-70B architecture, with the published recipe (peft's FSDP-QLoRA
 example, estimate.anchor_recipe), fits per GPU by the planner's rule, without CPU offload. The answer is a GPU
 count, decided by estimate_distributed; the exercise's figures come from it and from the budget text.
@@ -89,7 +89,7 @@ _T09 = ("The published FSDP-QLoRA recipe (`anchor_recipe()`, peft's example: {re
         "Find the **smallest number of {card} GiB GPUs** on which it fits, without CPU offload "
         "(`estimate_distributed(anchor_recipe(), gpus, \"fsdp\")` is the estimate). Your answer is a whole number.")
 
-NOTEBOOK = "09_more_than_one_gpu"
+NOTEBOOK = "11_more_than_one_gpu"
 GPUS = 2  # the notebook's runs: two processes (two GPUs, or two gloo CPU processes)
 PAIRS = (("2 x 15 GiB", "t4", "Kaggle's free 2 x T4"), ("2 x 24 GiB", "gpu", "two 24 GB cards (RTX 3090/4090)"))
 NEEDS_TWO = (f"This machine has one GPU: the runs of this notebook need {GPUS} (Kaggle's free 2 x T4 has them). "
@@ -98,7 +98,7 @@ NEEDS_TWO = (f"This machine has one GPU: the runs of this notebook need {GPUS} (
 
 @dataclass(frozen=True)
 class RunPath:
-    """Where notebook 09 runs: the model, the processes that train together, and on what."""
+    """Where notebook 11 runs: the model, the processes that train together, and on what."""
 
     model: str
     gpus: int  # 0: no run here (one GPU)
@@ -114,7 +114,7 @@ class RunPath:
 
 
 def multi_gpu_path(use_llama_8b: bool = False) -> RunPath:
-    """Notebook 09's path: on a CPU the embedded tiny model on two gloo processes, a short run (CI); on a machine
+    """Notebook 11's path: on a CPU the embedded tiny model on two gloo processes, a short run (CI); on a machine
     with two GPUs or more the notebook's model (choose_model) on two of them, QLoRA for Llama-3.1-8B; on one
     GPU no run (the estimates only)."""
 
@@ -130,7 +130,7 @@ def multi_gpu_path(use_llama_8b: bool = False) -> RunPath:
 
 
 def gpu_recipe(model: str, four_bit: bool) -> Recipe:
-    """Notebook 09's per-GPU recipe on GPUs (QLoRA for Llama-3.1-8B; its "In your own script" cell shows it)."""
+    """Notebook 11's per-GPU recipe on GPUs (QLoRA for Llama-3.1-8B; its "In your own script" cell shows it)."""
     return Recipe(model=model, load_in_4bit=four_bit, prepare_kbit=False, precision="auto",
                   gradient_checkpointing=True, micro_batch=4, max_seq_length=512, steps=6, label="per-GPU recipe")
 
@@ -265,7 +265,7 @@ def fsdp_settings() -> str:
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
-EXERCISE = Exercise("09_more_than_one_gpu", "how many cards a 70B model needs", _T09, figures, check, solve,
+EXERCISE = Exercise("11_more_than_one_gpu", "how many cards a 70B model needs", _T09, figures, check, solve,
              "the FSDP estimate per GPU for one GPU, then one more at a time, the first count that fits kept",
              hardware="gpu",
              start_code="anchor_recipe()", start=start_recipe, answer_kind="gpus",

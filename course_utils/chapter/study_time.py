@@ -6,7 +6,8 @@ teaching, 3.1):
 - its output lines (every printed line, and the text of every table and widget) at 2 seconds each; images
   are not counted;
 - its run on a free T4, from the shipped T4 check (course_utils.t4check.time_budget, the default path);
-  a notebook without a T4 record (09: a CPU and two-GPU lesson) adds nothing here;
+  a notebook without a T4 record (11: a CPU and two-GPU lesson) adds nothing here, nor does one the T4 check
+  has not run yet (course_utils.chapter.t4.PENDING_T4: its count says so, until the lead ships its record);
 - 1 minute for each quiz question (the notebook's own quiz and a chapter quiz's);
 - 3 minutes for each "Try it" exercise.
 
@@ -21,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from course_utils.chapter.quiz.bank import load_bank
-from course_utils.chapter.t4 import NO_RECORD, time_budget
+from course_utils.chapter.t4 import NO_RECORD, PENDING_T4, time_budget
 
 WORDS_PER_MIN = 200
 S_PER_OUTPUT_LINE = 2
@@ -51,8 +52,9 @@ class StudyTime:
 
     def __str__(self) -> str:
         parts = " + ".join(f"{name} {value:.1f}" for name, value in self.parts_min.items())
+        t4 = "T4 run not yet checked" if self.notebook in PENDING_T4 else f"{self.t4_run_s:.0f} s on a T4"
         return (f"{self.notebook}: {self.minutes:.1f} min = {parts} ({self.words:,} words, {self.output_lines} output "
-                f"lines, {self.t4_run_s:.0f} s on a T4, {self.questions} questions, {self.exercises} exercise(s))")
+                f"lines, {t4}, {self.questions} questions, {self.exercises} exercise(s))")
 
 
 def prose_words(source: str) -> int:
@@ -90,9 +92,10 @@ def quiz_questions(source: str) -> int:
 
 
 def t4_run_s(notebook: str) -> float:
-    """The notebook's default path on a free T4, from its shipped T4 check (0 without a record)."""
+    """The notebook's default path on a free T4, from its shipped T4 check (0 without a record, or before its
+    first check)."""
 
-    if notebook in NO_RECORD:
+    if notebook in NO_RECORD or notebook in PENDING_T4:
         return 0.0
     return time_budget(notebook, "small").t4_s
 

@@ -1,9 +1,9 @@
-"""Notebook 08's second half, toward the limit: the peer run (Unsloth measured in the same run as our recipes),
+"""Notebook 10 (notebooks/10_toward_the_limit.ipynb, quizzes/10_toward_the_limit.yaml): Toward the limit: the peer run (Unsloth measured in the same run as our recipes),
 how far a measured step is from what the GPU allows, and the tries below.
 
 Issue 16's tries: changes to one optimizer step, each measured on a GPU beside the recipe it changes, in the
 same lease (scripts/gpu/try_step_changes.py), shipped in reference/beyond/tries/<model>.jsonl. An experiment, not
-one of notebook 08's recipes: a change joins the recipes only when it is faster, or leaner, than the recipe it
+one of notebook 09's recipes: a change joins the recipes only when it is faster, or leaner, than the recipe it
 changes by more than that recipe moves between runs, and keeps its training.
 
 Each line is one variant's run (RESULT line of the script): `run` (the lease it was measured in; the script's
@@ -204,7 +204,7 @@ def toward(label: str, run: str = "", model: str = "llama-3.1-8b", peak: float |
     (.fraction, .floor_gib, ...)."""
     found = by_label(shipped_runs(model, run))
     if label not in found:
-        raise KeyError(f"no {run or 'side-by-side'} run of notebook 08 labelled {label!r}; there are: {sorted(found)}")
+        raise KeyError(f"no {run or 'side-by-side'} run of notebook 09 labelled {label!r}; there are: {sorted(found)}")
     rows = limit_rows([found[label]], peak)
     if not rows:
         raise ValueError(f"the {run or 'side-by-side'} run {label!r} has no allocated peak and speed to set against "

@@ -66,7 +66,7 @@ def needed_bytes(e: Estimate) -> int:
     return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
 
 
-# Beyond the chapter (notebook 08): for 4-bit recipes in bf16, no fp32 upcast, then embeddings on CPU
+# Beyond the chapter (notebook 09): for 4-bit recipes in bf16, no fp32 upcast, then embeddings on CPU
 # and Liger kernels. Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
 # and none of these was measured on a T4.
 TUNINGS = ({}, {"prepare_kbit": False}, {"prepare_kbit": False, "offload_embeddings": True},
@@ -77,7 +77,7 @@ TUNING_KNOBS = ("prepare_kbit", "offload_embeddings", "liger_kernels")
 
 def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned: bool = True) -> list[Recipe]:
     """The grid the planner searches: every combination of the chapter's techniques, and for 4-bit
-    recipes the changes of notebook 08 (tuned=False leaves those out)."""
+    recipes the changes of notebook 09 (tuned=False leaves those out)."""
     out = []
     for four_bit in (True, False):
         for lora_r in ((16,) if four_bit else (16, None)):

@@ -14,7 +14,7 @@ from course_utils.recipe import Recipe
 from course_utils.results import Measurement
 
 # What one step of the path may change: one of these groups of Recipe fields, or the processes training
-# together (notebook 09's DDP). A point that changes more than one of them, or anything else (the model,
+# together (notebook 11's DDP). A point that changes more than one of them, or anything else (the model,
 # LoRA for a full fine-tune, the steps, the learning rate), does not add one technique: it is not a step.
 TECHNIQUES = (("load_in_4bit", "double_quant"), ("precision",), ("gradient_checkpointing",),
               ("micro_batch", "grad_accum"), ("optimizer",), ("max_seq_length",), ("prepare_kbit",),

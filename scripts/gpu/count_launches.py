@@ -7,13 +7,13 @@ processes. One JSON line per run, and a table.
     python scripts/gpu/count_launches.py --model tiny --steps 4 --variants ours,ours-lean --out c.jsonl  # CPU smoke test
 
 Variants, each trained in a fresh process, interleaved over --rounds (A B C, then B A ..., as try_step_changes.py):
-- "ours": notebook 08's "+ Liger kernels" recipe at 1 x 16, the one the peer table shows at 1 x 16 (course_utils.beyond
+- "ours": notebook 09's "+ Liger kernels" recipe at 1 x 16, the one the peer table shows at 1 x 16 (course_utils.beyond
   path_from(source())[3]: QLoRA NF4 + double quant, LoRA r16 on q/k/v/o, bf16, checkpointing, paged 8-bit AdamW, no
   fp32 upcast, embeddings on CPU, Liger), built by course_utils.build as every measurement is;
 - "ours-lean": the same with Recipe(lean_host=True) (course_utils/lean_trainer.py);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
   first on PYTHONPATH; the random-weight folder models.preset_path built).
-On a CPU (--model tiny) "ours" is notebook 08's CPU recipe of the same rung without Liger (a smoke test of this code).
+On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
 
 In each process: step 0 warms up (not counted); steps 1 .. steps-2 are timed as course_utils.probe times them
 (synchronized at each step's end; tokens/s of the median step), with a forward pre/post hook on every decoder layer
@@ -283,7 +283,7 @@ def ours_recipe(variant: str, model: str, steps: int):
 
     if device_type() == "cuda":
         recipe = beyond.path_from(beyond.source(model, steps))[3]  # "+ Liger kernels" (1x16)
-    else:  # notebook 08's CPU rung, Liger off (CUDA only): a smoke test of this script
+    else:  # notebook 09's CPU rung, Liger off (CUDA only): a smoke test of this script
         recipe = beyond.path_here(model)[3].with_(liger_kernels=False, steps=steps, label="+ Liger kernels (CPU: off)")
     recipe = recipe.with_(steps=steps, warmup_steps=1, label=recipe.label)
     if variant == "ours-lean":

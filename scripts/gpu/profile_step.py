@@ -2,7 +2,7 @@
 
     python scripts/gpu/profile_step.py --out profile/ [--only "fast recipe (16x1)"] [--steps 3]
 
-For each recipe of notebook 08's path (the source recipe, "+ Liger kernels" at 1x16, the fast recipe and
+For each recipe of notebook 09's path (the source recipe, "+ Liger kernels" at 1x16, the fast recipe and
 the fast recipe with embeddings and activations on CPU at 16x1) it builds the model and trainer as a
 measurement does (course_utils.build, random-weight preset, no download), trains steps-1 optimizer steps
 untouched, and profiles the last one (CPU and CUDA activity). It writes, per recipe, the profiler's table

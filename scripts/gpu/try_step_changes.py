@@ -7,7 +7,7 @@ warm-up, tracked step, median of the timed steps), and prints one JSON line.
 
 Variants (on the random-weight Llama-3.1-8B, sequence 512, 16 x 512 tokens per optimizer step; `--only` takes the
 names, the script lists them when one is unknown):
-- "1x16 Liger": notebook 08's "+ Liger kernels" recipe (1x16), as shipped; "16x1 offload": its fast recipe with
+- "1x16 Liger": notebook 09's "+ Liger kernels" recipe (1x16), as shipped; "16x1 offload": its fast recipe with
   embeddings and activations on CPU (16x1). They are the baselines course_utils.tries compares the others with.
 - ", compiled layers": each decoder layer compiled with torch.compile (regional compilation: one graph, shared by
   the layers), checkpointing around the compiled layer as before; ", CUDA graphs": compiled with
@@ -25,7 +25,7 @@ Compilation time falls in the warm-up step, which is not timed. Each RESULT line
 invocation of a device call (or of back-to-back calls) the same one, since tries compares only within a run.
 
 Checked on a CPU (2026-12-02, torch 2.13, bitsandbytes 0.50.2, peft 0.21.2, transformers 5.24.0) with the tiny model,
-`--model tiny`, which runs the same variants as notebook 08's CPU recipes with the CUDA-only changes (Liger, activation
+`--model tiny`, which runs the same variants as notebook 09's CPU recipes with the CUDA-only changes (Liger, activation
 offloading) off: each compiled decoder layer is one graph with no graph break (the checkpoint is captured as
 torch's tag_activation_checkpoint, bitsandbytes' 4-bit matmuls as its custom ops inside), one graph shared by every
 layer, no recompiles over the steps, the losses those of the uncompiled run. On the H200 (2026-12-02,
@@ -49,8 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 
 def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
-    """The variants by name: on a GPU on `model` as notebook 08's GPU path builds it; on a CPU (a smoke test of the
-    same code, e.g. --model tiny) notebook 08's CPU recipes, Liger and activation offloading off (CUDA only)."""
+    """The variants by name: on a GPU on `model` as notebook 09's GPU path builds it; on a CPU (a smoke test of the
+    same code, e.g. --model tiny) notebook 09's CPU recipes, Liger and activation offloading off (CUDA only)."""
     from course_utils.chapter import beyond_the_recipe as beyond
     from course_utils.machine import device_type
 

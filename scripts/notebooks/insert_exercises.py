@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from course_utils.chapter.exercises import EXERCISES, Exercise  # noqa: E402
+from course_utils.chapter.exercises import EXERCISES, WITHOUT_EXERCISE, Exercise  # noqa: E402
 
 TAG, SOLUTION_TAG = "exercise", "solution"
 QUIZ_MARK = "Check what you measured"
@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every notebooks/NN_*.ipynb")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook would change")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = args.notebooks or [p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+                               if p.stem not in WITHOUT_EXERCISE]  # those say why they have no Try it
     changed = [p for p in paths if rewrite(p, args.check)]
     for p in changed:
         print(f"{'would change' if args.check else 'inserted the exercise into'}: {p}")

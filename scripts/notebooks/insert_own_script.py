@@ -37,18 +37,18 @@ CELLS = {
                            "`fp16=True`, with `dtype=torch.float16`)."),
     "05_qlora_4bit": ("ladder", "+ 4-bit QLoRA (NF4, double quant)", "+ mixed precision", "05-11",
                       "QLoRA is a `BitsAndBytesConfig` passed to `from_pretrained`, then "
-                      "`prepare_model_for_kbit_training` (the fp32 upcast notebook 08 removes) before the "
+                      "`prepare_model_for_kbit_training` (the fp32 upcast notebook 09 removes) before the "
                       "`LoraConfig`. On a T4: `bnb_4bit_compute_dtype=torch.float16` and `fp16=True`."),
     "06_sequence_length_and_batch": ("ladder", "+ shorter sequences", "+ 4-bit QLoRA (NF4, double quant)", "06-09",
                                      "The ladder's rung for this notebook: the sequence length is `max_length` (the "
                                      "source chapter's `max_seq_length` was renamed in trl), and the micro-batch "
                                      "`per_device_train_batch_size`."),
-    "08_beyond_the_recipe": ("beyond", "+ no fp32 upcast", "source recipe (1x16)", "08-08",
+    "09_beyond_the_recipe": ("beyond", "+ no fp32 upcast", "source recipe (1x16)", "08-08",
                              "No fp32 upcast is a line *left out*: do not call `prepare_model_for_kbit_training`. "
                              "trl 1.16's `SFTTrainer(peft_config=lora_config)` never calls it either, so the usual "
                              "idiom has no upcast. (Embeddings on CPU are the course's own hooks, "
                              "`course_utils.build.offload_input_embeddings`; Liger is `SFTConfig(use_liger_kernel=True)`.)"),
-    "09_more_than_one_gpu": ("multi", "per-GPU recipe", None, "09-18",
+    "11_more_than_one_gpu": ("multi", "per-GPU recipe", None, "09-18",
                              "The per-GPU recipe of the run above, Llama-3.1-8B in 4-bit; every process runs this "
                              "script, started by `accelerate launch`."),
 }

@@ -1,7 +1,7 @@
 """Run a notebook's code cells as plain Python, in order, in one namespace: for machines without
 Jupyter (a lent GPU). Figures go to PNG files beside --out instead of a screen.
 
-    python scripts/notebooks/run_notebook_code.py notebooks/08_beyond_the_recipe.ipynb --out figures/
+    python scripts/notebooks/run_notebook_code.py notebooks/09_beyond_the_recipe.ipynb --out figures/
 
 Prints each cell's number and what it printed; stops at the first cell that raises, naming it.
 """

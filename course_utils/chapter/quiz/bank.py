@@ -333,7 +333,7 @@ def _tolerance(raw: Any, answer: float | None, problems: list[str]) -> float:
 
 
 # --- the chapter quiz: questions drawn from every bank of the chapter ----------------------------
-CHAPTER_LAST = "08_beyond_the_recipe"  # notebook 09 (more than one GPU) goes beyond the chapter: its own quiz only
+CHAPTER_LAST = "10_toward_the_limit"  # notebook 11 (more than one GPU) goes beyond the chapter: its own quiz only
 
 
 def chapter_banks() -> list[Bank]:

@@ -320,7 +320,7 @@ ENTRIES: tuple[Entry, ...] = (
             "measures every recipe in a fresh process, so one that does not fit leaves nothing behind.",
         commands=lambda: S.oom_commands(OOM_TRAINING.run().recipe_obj),
         extra=lambda: S.oom_extra(OOM_TRAINING.run()),
-        notebooks=("06", "07", "08")),
+        notebooks=("06", "07", "08", "09")),
     Entry(
         "reentrant", "`element 0 of tensors does not require grad and does not have a grad_fn`",
         "Your own training loop or `Trainer`, with LoRA and reentrant gradient checkpointing "

@@ -123,12 +123,14 @@ def nb08_h200() -> tuple[list, list]:
 
 # Notebooks 00-06 as committed (CPU): each figure's recipes with the peak (MiB) and tokens/s its results table
 # shows, "~" marking a noisy speed
-_LADDER_CPU = [(304.3, 2879), (223.2, 2880), (69.9, 1925), (69.4, 1722), (69.4, 2311), None, (59.0, 946, True)]
+_LADDER_CPU = [(304.3, 2879, False), (223.2, 2880, False), (69.9, 1925, False), (69.4, 1722, False),
+               (69.4, 2311, False), None, (59.0, 946, True)]
 
 
 def _rungs(upto: int, figures=_LADDER_CPU) -> list[Measurement]:
     """The ladder's first `upto` rungs that run on a CPU (mixed precision does not), at the committed figures."""
-    return [make(r, *f) for r, f in zip(ladder(_tiny_base())[:upto], figures) if f is not None]
+    return [make(r, p, s, noisy=n) for r, f in zip(ladder(_tiny_base())[:upto], figures) if f is not None
+            for p, s, n in [f]]
 
 
 def notebook_reference(nn: str) -> list[Measurement]:

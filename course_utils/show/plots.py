@@ -129,8 +129,8 @@ def cards_to_draw(peaks: Sequence[float]) -> list[tuple[str, float]]:
 
 
 def _number(v: float, _pos=None) -> str:
-    """Tick text: 0.05, 0.5, 5, 50, 5,000."""
-    return f"{v:,.0f}" if v >= 10 else f"{v:.3g}"
+    """Tick text: 0.05, 0.5, 5, 12.5, 50, 5,000."""
+    return f"{v:,.0f}" if v >= 10 and v == round(v) else f"{v:.3g}"
 
 
 def set_scale(axis, values: Sequence[float], linear_headroom: float = 1.15) -> str:
@@ -341,6 +341,15 @@ def _label(panel: _Panel, renderer) -> None:
                       FONT_PT, renderer, shorts=[f"{gib:g} GiB" for _, gib in panel.cards])
 
 
+def _split(fig, panels: list[_Panel], renderer) -> float:
+    """Give each panel an equal column of the figure (its `span`); returns the keys' height in pixels."""
+    pad, gap = _PAD_IN * fig.dpi, _GAP_IN * fig.dpi
+    col = (fig.bbox.width - 2 * pad - gap * (len(panels) - 1)) / len(panels)
+    for i, p in enumerate(panels):
+        p.span = (pad + i * (col + gap), pad + i * (col + gap) + col)
+    return max(_key_columns(p, renderer)[1] for p in panels)
+
+
 def _panels(groups: list[tuple[str, list[Series]]], title: str, size_in=FIGURE_IN, bottom_in: float = 0.0):
     """A figure of `size_in` with one memory-against-speed panel per group (side by side, each on its own axes
     and in its own unit), the title above and each panel's key under it; `bottom_in` left empty below."""
@@ -348,20 +357,18 @@ def _panels(groups: list[tuple[str, list[Series]]], title: str, size_in=FIGURE_I
 
     fig = plt.figure(figsize=(size_in[0] - 2 * _SAVE_PAD_IN, size_in[1] - 2 * _SAVE_PAD_IN))
     renderer = fig.canvas.get_renderer()
-    pad, gap = _PAD_IN * fig.dpi, _GAP_IN * fig.dpi
-    col = (fig.bbox.width - 2 * pad - gap * (len(groups) - 1)) / len(groups)
     panels = []
-    for i, (name, series) in enumerate(groups):
+    for name, series in groups:
         unit, scale = _panel_unit(series)
         ax = fig.add_axes((0.1, 0.2, 0.3, 0.5))
-        panel = _Panel(ax, series, unit, scale, cards_to_draw([y for s in series for _, y in s.xy]),
-                       span=(pad + i * (col + gap), pad + i * (col + gap) + col))
+        panel = _Panel(ax, series, unit, scale, cards_to_draw([y for s in series for _, y in s.xy]))
         _draw_series(panel)
         _draw_axes(panel)
-        ax.set_title(wrap(_panel_title(series, name), col - 10, ax, renderer, FONT_PT + 1), fontsize=FONT_PT + 1,
-                     loc="left")
         panels.append(panel)
-    key_height = max(_key_columns(p, renderer)[1] for p in panels)
+    key_height = _split(fig, panels, renderer)
+    for p, (name, series) in zip(panels, groups):
+        p.ax.set_title(wrap(_panel_title(series, name), p.span[1] - p.span[0] - 10, p.ax, renderer, FONT_PT + 1),
+                       fontsize=FONT_PT + 1, loc="left")
     for _ in range(3):  # an id that finds no room lengthens its key's line, which may take another row
         _layout(fig, panels, title, bottom_in, renderer, key_height)
         for p in panels:

@@ -214,9 +214,7 @@ def _draw_series(panel: _Panel) -> None:
                 arrow = ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
                     arrowstyle="-|>", color=s.color, lw=1.2, alpha=0.8, shrinkA=4.5, shrinkB=5.5, mutation_scale=10))
                 panel.segments.append([a, b, 0.0, arrow])  # the bend (arc3's rad) is set once the scales are known
-        for (i, m), p in zip(s.points, xy):
-            notes = (["noisy speed"] if m.noisy else []) + (["not a step: no arrow"] if i in s.apart else [])
-            panel.key.append(Label(*p, f"{i}. {m.label}" + (f" ({'; '.join(notes)})" if notes else ""), i))
+        panel.key += [Label(*p, f"{i}. {m.label}", i) for (i, m), p in zip(s.points, xy)]
 
 
 def _draw_axes(panel: _Panel) -> None:
@@ -295,10 +293,19 @@ def _key_columns(panel: _Panel, renderer) -> tuple:
     ax, width_px = panel.ax, panel.span[1] - panel.span[0]
     cols = columns(_key_items(panel, renderer), width_px, ax, FONT_PT, renderer, KEY_GAP_PX)
     height = text_size(ax, "\n".join(max(cols, key=len)), FONT_PT, renderer)[1] if cols else 0.0
-    misfits = _misfits(panel)
-    if misfits:
-        height += 3 + text_size(ax, wrap(misfits, width_px, ax, renderer, FONT_PT), FONT_PT, renderer)[1]
+    for extra in (_notes(panel), _misfits(panel)):
+        if extra:
+            height += 3 + text_size(ax, wrap(extra, width_px, ax, renderer, FONT_PT), FONT_PT, renderer)[1]
     return cols, height
+
+
+def _notes(panel: _Panel) -> str:
+    """What the panel's markers other than its series' own mean, where it has any: a hollow one is a noisy speed,
+    a diamond a point that is not a step of the path."""
+    noisy = any(m.noisy for s in panel.series for _, m in s.points)
+    apart = any(s.apart for s in panel.series)
+    return "; ".join((["hollow: a noisy speed (busy machine)"] if noisy else []) +
+                     (["\u25c6 not one technique added: no arrow"] if apart else []))
 
 
 def _misfits(panel: _Panel) -> str:
@@ -307,7 +314,8 @@ def _misfits(panel: _Panel) -> str:
 
 
 def _draw_key(fig, panel: _Panel, top: float, renderer) -> None:
-    """The key's columns under the panel, from display y `top`; then, in red, the recipes that did not fit."""
+    """The key's columns under the panel, from display y `top`; then what its markers mean (_notes); then, in
+    red, the recipes that did not fit."""
     cols = _key_columns(panel, renderer)[0]
     width, height = fig.bbox.width, fig.bbox.height
     x0, width_px = panel.span[0], panel.span[1] - panel.span[0]
@@ -316,10 +324,11 @@ def _draw_key(fig, panel: _Panel, top: float, renderer) -> None:
         text = fig.text(x / width, top / height, "\n".join(c), ha="left", va="top", fontsize=FONT_PT, gid="caption")
         box = text.get_window_extent(renderer)
         x, lowest = x + box.width + KEY_GAP_PX, min(lowest, box.y0)
-    misfits = _misfits(panel)
-    if misfits:
-        fig.text(x0 / width, (lowest - 3) / height, wrap(misfits, width_px, panel.ax, renderer, FONT_PT), ha="left",
-                 va="top", fontsize=FONT_PT, color="#b22222", gid="caption")
+    for extra, color in ((_notes(panel), "0.3"), (_misfits(panel), "#b22222")):
+        if extra:
+            text = fig.text(x0 / width, (lowest - 3) / height, wrap(extra, width_px, panel.ax, renderer, FONT_PT),
+                            ha="left", va="top", fontsize=FONT_PT, color=color, gid="caption")
+            lowest = text.get_window_extent(renderer).y0
 
 
 def _label(panel: _Panel, renderer) -> None:

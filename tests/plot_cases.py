@@ -1,4 +1,4 @@
-"""Measurements shaped like the ones notebooks 03, 07 and 08 pass to technique_figure (no training):
+"""Measurements shaped like the ones notebooks 03, 07 and 09 pass to technique_figure (no training):
 the recipes the notebooks build, the peaks and speeds of their committed outputs (CPU) or plausible
 ones (a T4, an H200 learner beside the shipped H200 runs). Used by tests/test_plots_notebooks.py and
 to draw the figures for a look (python tests/plot_cases.py OUT_DIR)."""
@@ -121,6 +121,85 @@ def nb09_h200() -> tuple[list, list]:
     return mine, explore()
 
 
+# Notebooks 00-06 as committed (CPU): each figure's recipes with the peak (MiB) and tokens/s its results table
+# shows, "~" marking a noisy speed
+_LADDER_CPU = [(304.3, 2879, False), (223.2, 2880, False), (69.9, 1925, False), (69.4, 1722, False),
+               (69.4, 2311, False), None, (59.0, 946, True)]
+
+
+def _rungs(upto: int, figures=_LADDER_CPU) -> list[Measurement]:
+    """The ladder's first `upto` rungs that run on a CPU (mixed precision does not), at the committed figures."""
+    return [make(r, p, s, noisy=n) for r, f in zip(ladder(_tiny_base())[:upto], figures) if f is not None
+            for p, s, n in [f]]
+
+
+def notebook_reference(nn: str) -> list[Measurement]:
+    """The shipped reference runs notebook `nn` passes to its figure: the labels of its reference_points call
+    (read from the notebook, so the test follows the notebook), or of the cell before it."""
+    import ast
+    import json
+    import re
+    from pathlib import Path
+
+    from course_utils.chapter.every_notebook import reference_points
+
+    path = next((Path(__file__).parent.parent / "notebooks").glob(f"{nn}_*.ipynb"))
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    call = next(m for s in sources for m in [re.search(r"reference = reference_points\((.*?)\)\n", s, re.S)] if m)
+    return reference_points(*ast.literal_eval("(" + call.group(1) + ",)"))
+
+
+def nb00() -> tuple[list, list]:
+    base = _tiny_base()
+    return [make(base, 304.3, 1984, noisy=True), make(base.with_(lora_r=None, label="full fine-tune (fp32, AdamW)"),
+                                                      339.2, 3607)], notebook_reference("00")
+
+
+def nb01() -> tuple[list, list]:
+    return [make(ladder(_tiny_base())[0], 304.3, 3697, noisy=True), *_rungs(2)[1:]], notebook_reference("01")
+
+
+def nb02() -> tuple[list, list]:
+    return _rungs(3), notebook_reference("02")
+
+
+def nb03() -> tuple[list, list]:
+    mine = _rungs(5)
+    full = mine[2].recipe_obj.with_(lora_r=None, label="full FT, adamw_torch")
+    return mine + [make(full, 121.5, 2238), make(full.with_(optimizer="adamw_8bit", label="full FT, adamw_8bit"),
+                                                 100.0, 2478)], notebook_reference("03")
+
+
+def nb04() -> tuple[list, list]:
+    mine = _rungs(6)
+    return mine + [make(mine[-1].recipe_obj.with_(precision="bf16", label="bf16 (this CPU, for the bytes)"), 44.3,
+                        1529, precision="bf16")], notebook_reference("04")
+
+
+def nb05() -> tuple[list, list]:
+    return _rungs(7), notebook_reference("05")
+
+
+def nb06() -> tuple[list, list]:
+    short = _tiny_base().with_(gradient_checkpointing=True)
+    return [make(short.with_(max_seq_length=v, label=f"max_seq_length={v}"), p, s)
+            for v, p, s in ((64, 68.9, 1997), (128, 120.3, 2557), (256, 223.2, 2829))], notebook_reference("06")
+
+
+NOTEBOOKS = {"00": nb00, "01": nb01, "02": nb02, "03": nb03, "04": nb04, "05": nb05, "06": nb06}
+NOTEBOOK_TITLES = {"00": "Memory against speed: the starting points",
+                   "06": "Memory against speed: sequence 64 to 256, with checkpointing"}
+
+
+def crowded() -> tuple[list, list]:
+    """A synthetic crowded case: eight of this run's points within a few pixels of each other, and every shipped
+    Llama-3.1-8B run (three of them on top of each other between the 14.75 and 16 GiB lines)."""
+    base = _tiny_base()
+    mine = [make(base.with_(max_seq_length=64 + 8 * i, label=f"+ technique number {i}"), 60 + 3 * (i % 3),
+                 1300.0 + 15 * i, noisy=i % 4 == 0) for i in range(8)]
+    return mine, h200()
+
+
 CASES = {"03-cpu": nb03_cpu, "07-cpu": nb07_cpu, "07-t4": nb07_t4, "07-h200": nb07_h200, "09-cpu": nb09_cpu,
          "09-h200": nb09_h200}
 TITLES = {"03": "Memory against speed, every technique so far",
@@ -129,11 +208,14 @@ TITLES = {"03": "Memory against speed, every technique so far",
 
 
 def draw(case: str):
-    """The notebook's figure for this case, as its cell draws it."""
+    """The notebook's figure for this case, as its cell draws it (a notebook 00-06 by its number, 'crowded')."""
     from course_utils.chapter.every_notebook import technique_figure
 
-    mine, reference = CASES[case]()
-    return technique_figure(mine, reference, title=TITLES[case[:2]])
+    if case in NOTEBOOKS:
+        mine, reference = NOTEBOOKS[case]()
+        return technique_figure(mine, reference, **({"title": NOTEBOOK_TITLES[case]} if case in NOTEBOOK_TITLES else {}))
+    mine, reference = (crowded if case == "crowded" else CASES[case])()
+    return technique_figure(mine, reference, title=TITLES.get(case[:2], "Memory against speed"))
 
 
 if __name__ == "__main__":
@@ -143,7 +225,7 @@ if __name__ == "__main__":
     import matplotlib.pyplot as plt
 
     out = sys.argv[1]
-    for name in sys.argv[2:] or CASES:
+    for name in sys.argv[2:] or [*NOTEBOOKS, *CASES, "crowded"]:
         fig = draw(name)
         fig.savefig(f"{out}/{name}.png", dpi=100, bbox_inches="tight")  # as the inline backend shows it
         print(f"{out}/{name}.png", fig.get_size_inches() * 100)

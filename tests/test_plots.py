@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import matplotlib
 
 matplotlib.use("Agg")
@@ -17,8 +15,7 @@ from course_utils.show import plots  # noqa: E402
 from course_utils.common import GiB
 from course_utils.machine import PROFILES  # noqa: E402
 from course_utils.show.placement import overlaps  # noqa: E402
-from course_utils.show.plots import (ladder_figure, memory_breakdown, memory_curves, memory_vs_speed, pareto_front,
-                                     technique_figure)
+from course_utils.show.plots import ladder_figure, memory_breakdown, memory_curves, memory_vs_speed, technique_figure
 from course_utils.recipe import Recipe  # noqa: E402
 from course_utils.common import MiB
 from course_utils.results import Measurement, reference_results  # noqa: E402
@@ -61,15 +58,6 @@ def t4_ladder():
     return _t4_ladder()
 
 
-@pytest.fixture(scope="module")
-def t4_figure():
-    """technique_figure of the T4 ladder beside the H200 runs, drawn once for the tests that read it."""
-    fig = technique_figure(_t4_ladder(), _h200())
-    fig.canvas.draw()
-    yield fig
-    plt.close(fig)
-
-
 def _t4_ladder():
     """A learner's ladder on a T4 (GiB-sized, a log range), with one rung that did not fit; each rung adds one
     technique to the one before (a path of arrows)."""
@@ -104,7 +92,8 @@ def _points(ax):
 
 
 def _texts(ax, gid=None):
-    return [t.get_text() for t in ax.texts if gid is None or t.get_gid() == gid]
+    """The texts of the axes and of its figure (the keys under the panels), of this gid if given."""
+    return [t.get_text() for t in ax.texts + ax.figure.texts if gid is None or t.get_gid() == gid]
 
 
 def _arrows(ax):
@@ -116,13 +105,15 @@ def _box(artist, renderer):
     return (b.x0, b.y0, b.x1, b.y1)
 
 
-def test_memory_vs_speed_plots_the_fitting_recipes_in_order_in_gib(measurements):
+def test_memory_vs_speed_plots_the_fitting_recipes_in_order_in_mib_under_a_gib(measurements):
     ax = memory_vs_speed(measurements)
-    np.testing.assert_allclose(_points(ax), [[2000.0, 100 / 1024], [1500.0, 70 / 1024], [1200.0, 40 / 1024]])
-    shown = _texts(ax, "point-label") + _texts(ax, "caption")
+    np.testing.assert_allclose(_points(ax), [[2000.0, 100], [1500.0, 70], [1200.0, 40]])
+    assert sorted(_texts(ax, "point-label")) == ["1", "2", "3"]  # each point marked by its id
+    key = "\n".join(_texts(ax, "caption"))
     for name in ("1. baseline", "2. with checkpointing", "3. accumulation"):
-        assert any(name in t for t in shown)
-    assert ax.get_xlabel().startswith("training speed") and "GiB" in ax.get_ylabel()
+        assert name in key
+    assert ax.get_xlabel().startswith("training speed") and "(MiB)" in ax.get_ylabel()
+    assert "(GiB)" in memory_vs_speed([make("big", 2048, 100.0)]).get_ylabel()
 
 
 def test_arrows_follow_the_order_given_and_reference_points_are_not_joined(measurements, h200):
@@ -131,39 +122,20 @@ def test_arrows_follow_the_order_given_and_reference_points_are_not_joined(measu
     assert _arrows(ax) == [(a, b) for a, b in zip(mine, mine[1:])]
     reversed_ax = memory_vs_speed(measurements[::-1], h200)
     assert _arrows(reversed_ax) == [(a, b) for a, b in zip(mine[::-1], mine[::-1][1:])]
-    assert not any(line.get_xdata().size > 1 for line in ax.lines if line.get_gid() != "card-line")
+    assert not [line for line in ax.lines if line.get_gid() not in ("card-line", "baseline-line")]
 
 
-def test_the_legend_says_which_run_is_which(measurements, h200):
-    ax = memory_vs_speed(measurements, h200)
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert legend[:2] == ["this run: tiny on TestCPU", "reference (shipped): llama-3.1-8b on NVIDIA H200"]
-    assert legend[2].startswith("Pareto front of each series")
-    mine, ref = _collection(ax, "points")
-    assert mine.get_paths()[0] != ref.get_paths()[0]  # another marker
-    assert tuple(mine.get_edgecolor()[0]) != tuple(ref.get_edgecolor()[0])  # and another colour
-    assert len(_points(ax)) == 3 + len(h200)
-
-
-@pytest.mark.parametrize("points, front", [
-    ([(1000, 10.0)], [0]),
-    ([(1000, 10.0), (2000, 5.0)], [1]),  # faster and leaner beats the first
-    ([(1000, 5.0), (2000, 10.0), (1500, 7.0)], [0, 1, 2]),  # each trades speed for memory
-    ([(1000, 5.0), (900, 5.0), (1000, 6.0)], [0]),  # a tie in one, worse in the other: beaten
-    ([(1000, 5.0), (1000, 5.0)], [0, 1]),  # equal points beat neither
-])
-def test_pareto_front_keeps_what_nothing_beats(points, front):
-    assert pareto_front(points) == front
-
-
-def test_the_plot_rings_each_series_front(h200):
-    ax = memory_vs_speed([], h200)
-    xy = [(m.tokens_per_s, (m.cuda_max_allocated or m.peak_bytes) / GiB) for m in h200]
-    ringed = _collection(ax, "pareto")[0].get_offsets().tolist()
-    np.testing.assert_allclose(ringed, [xy[i] for i in pareto_front(xy)])
-    labels = {m.label for m, p in zip(h200, xy) if any(np.allclose(p, q) for q in ringed)}
-    assert "QLoRA 16x1" in labels and "source chapter recipe (QLoRA 1x16)" in labels  # fastest low-memory, leanest
-    assert "full FT bf16, ckpt, 1x16, adamw_torch" not in labels
+def test_this_run_and_the_reference_have_panels_of_their_own(measurements, h200):
+    fig = technique_figure(measurements, h200)
+    mine, ref = fig.axes
+    assert mine.get_title(loc="left") == "Your run: tiny on TestCPU"
+    assert ref.get_title(loc="left") == "Reference (shipped): llama-3.1-8b on NVIDIA H200"
+    assert len(_points(mine)) == 3 and len(_points(ref)) == len(h200)
+    (m,), refs = _collection(mine, "points"), _collection(ref, "points")
+    assert m.get_paths()[0] != refs[0].get_paths()[0]  # another marker
+    assert tuple(m.get_edgecolor()[0]) != tuple(refs[0].get_edgecolor()[0])  # and another colour
+    assert "(MiB)" in mine.get_ylabel() and "(GiB)" in ref.get_ylabel()  # each in its own unit
+    assert mine.get_legend() is None and ref.get_legend() is None  # the titles and the keys say it all
 
 
 def test_card_lines_reach_the_smallest_card_that_holds_the_peak(h200, t4_ladder):
@@ -198,72 +170,14 @@ def test_no_point_is_clipped(h200):
 
 def test_does_not_fit_is_listed_not_plotted(measurements):
     ax = memory_vs_speed(measurements)
-    assert 500 / 1024 not in _points(ax)[:, 1]
+    assert 500 not in _points(ax)[:, 1]
     assert [t for t in _texts(ax) if t.startswith("does not fit:")] == ["does not fit: far too big"]
     assert not any("far too big" in t and not t.startswith("does not fit") for t in _texts(ax))
 
 
 def test_cuda_peak_is_plotted_when_measured():
     ax = memory_vs_speed([make("gpu run", 100, 900.0, cuda_mib=120)])
-    assert _points(ax).tolist() == [[900.0, 120 / 1024]]
-
-
-def _crowded():
-    mine = [make(f"+ technique number {i}", 60 + 10 * (i % 3), 1300.0 + 40 * i, max_seq_length=64 + 8 * i)
-            for i in range(8)]  # each a step: one knob changed
-    return mine
-
-
-@pytest.mark.parametrize("case", ["t4", "crowded"])
-def test_labels_do_not_collide(case, h200, t4_figure):
-    fig = t4_figure if case == "t4" else technique_figure(_crowded(), h200)
-    ax = fig.axes[0]
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    labels = [t for t in ax.texts if t.get_gid() in ("point-label", "card-label")]
-    boxes = [_box(t, renderer) for t in labels]
-    for (a, ta), (b, tb) in itertools.combinations(zip(boxes, labels), 2):
-        assert not overlaps(a, b), f"{ta.get_text()!r} overlaps {tb.get_text()!r}"
-    frame = _box(ax, renderer)
-    for box, t in zip(boxes, labels):
-        assert frame[0] <= box[0] and box[2] <= frame[2] and frame[1] <= box[1] and box[3] <= frame[3], t.get_text()
-    centres = ax.transData.transform(_points(ax))
-    r = 4 * fig.dpi / 72  # a marker's half-width
-    for box, t in zip(boxes, labels):
-        for x, y in centres:
-            assert not overlaps(box, (x - r, y - r, x + r, y + r)), f"{t.get_text()!r} covers a point"
-
-
-@pytest.mark.parametrize("case", ["t4", "crowded"])
-def test_every_point_is_named_on_the_plot_or_under_it(case, h200, t4_ladder, t4_figure):
-    mine = t4_ladder if case == "t4" else _crowded()
-    ax = (t4_figure if case == "t4" else technique_figure(mine, h200)).axes[0]
-    on_plot = _texts(ax, "point-label")
-    caption = "\n".join(_texts(ax, "caption")).splitlines()
-    fits = [m for m in mine if m.fits]
-    ids = [str(i) for i in range(1, len(fits) + 1)] + [plots.letters(i) for i in range(len(h200))]
-    for i, m in zip(ids, fits + h200):
-        named = f"{i}. {m.label}"
-        assert named in on_plot or (i in on_plot and named in caption) or f"{named} (no room to mark it)" in caption
-    if case == "t4":  # the shipped runs and a ladder: every point gets its name or its id on the plot
-        assert len(on_plot) == len(ids)
-
-
-def test_captions_and_legend_keep_off_the_axis_labels_and_data(t4_figure):
-    fig = t4_figure
-    ax = fig.axes[0]
-    renderer = fig.canvas.get_renderer()
-    frame, xlabel = _box(ax, renderer), _box(ax.xaxis.label, renderer)
-    ticks = [_box(t, renderer) for t in ax.get_xticklabels() if t.get_text()]
-    captions = [_box(t, renderer) for t in ax.texts if t.get_gid() == "caption"]
-    assert captions
-    for c in captions:
-        assert not overlaps(c, frame) and not overlaps(c, xlabel) and not any(overlaps(c, t) for t in ticks)
-    legend, title = _box(ax.get_legend(), renderer), _box(ax.title, renderer)
-    assert not overlaps(legend, frame) and not overlaps(legend, title)
-    figure = fig.bbox
-    for c in captions + [legend, title, xlabel]:  # and nothing drawn outside the figure
-        assert c[0] >= figure.x0 and c[2] <= figure.x1 and c[1] >= figure.y0 and c[3] <= figure.y1
+    assert _points(ax).tolist() == [[900.0, 120]]  # MiB
 
 
 def _all_text(fig):
@@ -324,8 +238,12 @@ def test_ladder_figure_saves_and_lists_the_misfit(measurements, tmp_path):
     assert "does not fit: far too big" in _texts(left)
     bars = [t.get_text() for t in right.get_yticklabels()]
     assert bars == ["1. baseline", "2. with checkpointing", "3. accumulation"]  # numbered as the points are
-    assert _box(right, fig.canvas.get_renderer())[3] < min(
-        _box(t, fig.canvas.get_renderer())[1] for t in left.texts if t.get_gid() == "caption")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    bars_top = _box(right, renderer)[3] + right.title.get_window_extent(renderer).height
+    assert bars_top < min(_box(t, renderer)[1] for t in fig.texts if t.get_gid() == "caption")
+    with_reference = ladder_figure(measurements, _h200())  # course run: its ladder beside the shipped runs
+    assert [len(_points(ax)) for ax in with_reference.axes[:2]] == [3, len(_h200())]
 
 
 def test_ladder_figure_without_path_writes_nothing(measurements, tmp_path, monkeypatch):
@@ -335,12 +253,14 @@ def test_ladder_figure_without_path_writes_nothing(measurements, tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
-def test_notebooks_technique_figure_draws_one_plot_of_both(measurements, h200):
+def test_notebooks_technique_figure_draws_a_panel_for_each(measurements, h200):
     from course_utils.chapter.every_notebook import technique_figure as notebook_figure
 
     fig = notebook_figure(measurements + [None], h200, title="every technique so far")
-    assert len(fig.axes) == 1 and fig.axes[0].get_title() == "every technique so far"
-    assert len(_points(fig.axes[0])) == 3 + len(h200)
+    assert len(fig.axes) == 2 and _texts(fig.axes[0], "title") == ["every technique so far"]
+    assert [len(_points(ax)) for ax in fig.axes] == [3, len(h200)]
+    alone = notebook_figure(measurements, title="no reference")  # notebook 09: one panel, the figure's width
+    assert len(alone.axes) == 1 and alone.axes[0].get_window_extent().width > 0.7 * alone.bbox.width
 
 
 def test_a_path_step_back_along_the_way_it_came_is_curved():

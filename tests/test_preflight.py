@@ -288,8 +288,10 @@ def test_the_plot_marks_a_noisy_point():
     from course_utils.show.plots import memory_vs_speed
 
     ax = memory_vs_speed([_measured(spread=0.02), _measured(spread=0.9)])
-    assert any(c.get_gid() == "noisy" and len(c.get_offsets()) == 1 for c in ax.collections)
-    assert any("noisy speed" in t.get_text() for t in ax.get_legend().get_texts())
+    hollow = [c for c in ax.collections if c.get_gid() == "points" and tuple(c.get_facecolor()[0]) == (1, 1, 1, 1)]
+    assert len(hollow) == 1 and len(hollow[0].get_offsets()) == 1  # the noisy one is drawn hollow
+    assert any(t.get_text().startswith("hollow: a noisy speed") for t in ax.figure.texts
+               if t.get_gid() == "caption")  # and the key says what hollow means
 
 
 def test_a_store_that_is_a_folder_is_one_line_before_measuring(capsys, tmp_path):

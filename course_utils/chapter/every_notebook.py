@@ -223,8 +223,9 @@ def _base_command(command: str) -> str:
 
 
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
-    """Your points (joined in the order you added the techniques) and the shipped GPU reference points
-    (if any) on one plot, each series named in the legend (course_utils.plots). Returns the figure."""
+    """Your points (joined in the order you added the techniques) on the left and the shipped GPU reference
+    points (if any) on the right, each panel on its own axes, its points named in a key under it
+    (course_utils.show.plots). Returns the figure."""
 
     return figure([m for m in mine if m is not None], reference, title=title)
 

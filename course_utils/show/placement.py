@@ -206,19 +206,24 @@ def _annotate(ax, label: Label, text: str, spot, fontsize: float):
 
 
 def columns(items: list[str], width_px: float, ax, fontsize: float, renderer, gap_px: float = 14.0) -> list[list[str]]:
-    """Split caption items into as many columns (filled top to bottom) as fit in `width_px`."""
+    """Split caption items into as many columns (filled top to bottom, each as wide as its widest item) as fit
+    in `width_px`: the fewest rows."""
     if not items:
         return []
-    widest = max(text_size(ax, item, fontsize, renderer)[0] for item in items) + gap_px
-    n = max(1, min(len(items), int(width_px // widest)))
-    rows = -(-len(items) // n)
-    return [items[i:i + rows] for i in range(0, len(items), rows)]
+    widths = [text_size(ax, item, fontsize, renderer)[0] for item in items]
+    for n in range(len(items), 0, -1):
+        rows = -(-len(items) // n)
+        cols = [range(i, min(i + rows, len(items))) for i in range(0, len(items), rows)]
+        if n == 1 or sum(max(widths[i] for i in c) for c in cols) + gap_px * (len(cols) - 1) <= width_px:
+            return [[items[i] for i in c] for c in cols]
+    return [items]
 
 
-def place_line_labels(ax, lines, obstacles, fontsize: float = 9, renderer=None) -> list[Box]:
+def place_line_labels(ax, lines, obstacles, fontsize: float = 9, renderer=None, shorts=None) -> list[Box]:
     """Write each horizontal line's name on it: at the right end above the line, else below it, else
     further left, at the first spot inside the axes that overlaps no obstacle, no earlier name and no
-    other line (where none is free, the spot that overlaps least); returns the boxes used. `lines`
+    other line; where no spot is free, its short name (`shorts`, one per line) the same way; where that finds
+    none either, the name is left out rather than drawn over something. Returns the boxes used. `lines`
     holds (text, y in data units)."""
     renderer = renderer or ax.figure.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
@@ -227,17 +232,22 @@ def place_line_labels(ax, lines, obstacles, fontsize: float = 9, renderer=None) 
     rules = [(frame.x0, ax.transData.transform((0, y))[1] - 1, frame.x1, ax.transData.transform((0, y))[1] + 1)
              for _, y in lines]  # a name keeps off the other lines
     for i, (text, y) in enumerate(lines):
-        size = text_size(ax, text, fontsize, renderer)
         _, py = ax.transData.transform((0, y))
         avoid = taken + rules[:i] + rules[i + 1:]
+        for text in [text] + ([shorts[i]] if shorts else []):
+            size = text_size(ax, text, fontsize, renderer)
 
-        def box_for(spot):
-            fx, ha, dy, va = spot
-            inset = {"right": -3, "left": 3, "center": 0}[ha]
-            return box_at(frame.x0 + fx * frame.width + inset * scale, py + dy * scale, size, ha, va), inset
+            def box_for(spot):
+                fx, ha, dy, va = spot
+                inset = {"right": -3, "left": 3, "center": 0}[ha]
+                return box_at(frame.x0 + fx * frame.width + inset * scale, py + dy * scale, size, ha, va), inset
 
-        inside_frame = [s for s in _LINE_SPOTS if _fits_frame(box_for(s)[0], frame)] or list(_LINE_SPOTS)
-        spot = min(inside_frame, key=lambda s: sum(overlaps(box_for(s)[0], t) for t in avoid))  # first of the least
+            spot = next((s for s in _LINE_SPOTS if _fits_frame(box_for(s)[0], frame)
+                         and not any(overlaps(box_for(s)[0], t) for t in avoid)), None)
+            if spot is not None:
+                break
+        if spot is None:
+            continue
         box, inset = box_for(spot)
         taken.append(box)
         placed.append(box)
@@ -289,16 +299,6 @@ def fit_height(fig, pad_in: float = 0.08) -> None:
     for ax in fig.axes:
         pos = ax.get_position()
         ax.set_position((pos.x0, (pos.y0 * height + below) / new, pos.width, pos.height * height / new))
-    fig.set_size_inches(width, new)
-
-
-def grow_below(fig, extra_in: float) -> None:
-    """Add `extra_in` of empty height at the bottom of the figure; what is drawn keeps its size and place."""
-    width, height = fig.get_size_inches()
-    new = height + extra_in
-    for ax in fig.axes:
-        pos = ax.get_position()
-        ax.set_position((pos.x0, (pos.y0 * height + extra_in) / new, pos.width, pos.height * height / new))
     fig.set_size_inches(width, new)
 
 

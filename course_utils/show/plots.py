@@ -1,12 +1,15 @@
 """Plots: memory against speed (every technique so far), and where the bytes went.
 
-One figure the chapter comes back to: peak memory (GiB, a log scale when the points span more than
-LOG_RATIO) against training speed, the learner's recipes joined by arrows in the order they were added
-(only a recipe that adds one technique to the arrow's start is a step of that path: a full fine-tune or
-the source recipe is a point of its own), the shipped GPU reference runs scattered beside them (another
-marker and colour), the Pareto front of each series ringed, and the cards learners have drawn as lines.
-Figures are FIG_WIDTH_IN wide, which JupyterLab shows at 100% in a 1366-pixel window with its file browser
-open, and no text is below FONT_PT.
+One figure the chapter comes back to, one message per panel: the learner's run on the left, the shipped GPU
+reference runs on the right, each on its own axes and in its own unit (MiB for the tiny model on a CPU, GiB on
+a GPU), with dotted lines through its first point, its baseline. Peak memory (a log scale when the points
+span more than LOG_RATIO) against training speed; the learner's recipes joined by arrows in the order they
+were added (only a recipe that adds one technique to the arrow's start is a step of that path: a full
+fine-tune or the source recipe is a point of its own, a diamond); a noisy speed drawn hollow; the cards
+learners have drawn as lines. Each point is marked by its id (numbers for this run, letters for reference
+runs) where no label, point or card line is in the way (course_utils.show.placement), and named in a key
+under its panel. The figure is FIGURE_IN (see there for the arithmetic: JupyterLab at 1366 x 768 with its
+file browser open); no text is below FONT_PT.
 """
 
 from __future__ import annotations
@@ -19,12 +22,11 @@ from course_utils.show.path import bend_retraced, one_technique, path_steps  # n
 from course_utils.common import GiB, MiB
 from course_utils.machine import PROFILES
 from course_utils.results import Measurement
-from course_utils.show.placement import (Label, columns, fit_height, fit_width, grow_below, new_figure,
-                                         place_labels, place_line_labels, point_boxes, segment_boxes, wrap)
+from course_utils.show.placement import (Label, columns, fit_height, fit_width, new_figure, place_labels,
+                                         place_line_labels, point_boxes, segment_boxes, text_size, wrap)
 
 FIG_WIDTH_IN = 9.0  # at the inline backend's 100 dpi: 900 px, under the ~950 px a notebook's output gets
 FONT_PT = 9  # the smallest text in any figure
-AXES_HEIGHT_IN = 4.2  # the memory-against-speed plotting area
 LOG_RATIO = 20  # an axis turns logarithmic when its largest value is more than this times its smallest
 
 # The cards learners have, as horizontal lines: (name, GiB). The free T4's is the course's T4 profile.
@@ -113,15 +115,6 @@ def build_series(measurements: Sequence[Measurement], reference: Sequence[Measur
     return out + list(groups.values())
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the (speed, memory) points no other point beats: none is at least as fast with at
-    most as much memory and better in one of the two."""
-    def beaten(a, b) -> bool:
-        return b[0] >= a[0] and b[1] <= a[1] and (b[0] > a[0] or b[1] < a[1])
-
-    return [i for i, p in enumerate(points) if not any(beaten(p, q) for q in points)]
-
-
 def cards_to_draw(peaks: Sequence[float]) -> list[tuple[str, float]]:
     """The learner cards up to the smallest one that holds the largest peak (every card when none does);
     none when every peak is under 1 GiB (a CPU run of the tiny model: a card's line says nothing there)."""
@@ -136,8 +129,8 @@ def cards_to_draw(peaks: Sequence[float]) -> list[tuple[str, float]]:
 
 
 def _number(v: float, _pos=None) -> str:
-    """Tick text: 0.05, 0.5, 5, 50, 5,000."""
-    return f"{v:,.0f}" if v >= 10 else f"{v:.3g}"
+    """Tick text: 0.05, 0.5, 5, 12.5, 50, 5,000."""
+    return f"{v:,.0f}" if v >= 10 and v == round(v) else f"{v:.3g}"
 
 
 def set_scale(axis, values: Sequence[float], linear_headroom: float = 1.15) -> str:
@@ -159,194 +152,294 @@ def set_scale(axis, values: Sequence[float], linear_headroom: float = 1.15) -> s
     return "linear"
 
 
-def _draw_series(ax, series: list[Series]) -> list:
-    """Markers, path arrows and Pareto rings; returns the arrow segments. This run's points are drawn over the
-    reference runs' (a learner's point on top of a shipped one stays in sight); arrows join only its steps."""
-    segments, ringed, noisy_said = [], False, False
-    for s in series:
-        xy = s.xy
+FIGURE_IN = (9.0, 5.2)  # the notebooks' closing figure: 900 x 520 px (technique_figure says why)
+_SAVE_PAD_IN = 0.1  # savefig's pad_inches, which the inline backend adds around the tight box
+_PAD_IN = 0.05  # between what is drawn and the figure's edge
+_GAP_IN = 0.35  # between two panels
+KEY_GAP_PX = 14.0  # between the key's columns
+
+
+@dataclass
+class _Panel:
+    """One axes of the memory-against-speed figure: its series, unit, cards, path arrows and key."""
+
+    ax: object
+    series: list
+    unit: str  # "MiB" or "GiB"
+    scale: float  # the unit per GiB
+    cards: list
+    segments: list = field(default_factory=list)
+    key: list = field(default_factory=list)  # the Labels of its points, in key order
+    span: tuple = (0.0, 0.0)  # its column of the figure, display pixels from the left
+
+
+def _panel_unit(series: list[Series]) -> tuple[str, float]:
+    """MiB when every peak on the panel is under 1 GiB (the tiny model on a CPU: 0.06 GiB reads as 60 MiB)."""
+    peaks = [y for s in series for _, y in s.xy]
+    return ("GiB", 1.0) if peaks and max(peaks) >= 1 else ("MiB", 1024.0)
+
+
+def _panel_title(series: list[Series], fallback: str) -> str:
+    """'Your run: tiny on CPU' or 'Reference (shipped): llama-3.1-8b on NVIDIA H200'."""
+    names = [s.name for s in series]
+    if not names:
+        return fallback
+    if all(n.startswith("this run: ") for n in names):
+        return "Your run: " + "; ".join(n[len("this run: "):] for n in names)
+    if all(n.startswith("reference (shipped): ") for n in names):
+        return "Reference (shipped): " + "; ".join(n[len("reference (shipped): "):] for n in names)
+    return "; ".join(names)
+
+
+def _draw_series(panel: _Panel) -> None:
+    """Markers (hollow where the speed is noisy, a diamond for a point that is not a step of the path) and the
+    path's arrows. This run's points are drawn over the reference runs'."""
+    ax = panel.ax
+    for s in panel.series:
+        xy = [(x, y * panel.scale) for x, y in s.xy]
         if not xy:
             continue
         z = 4.5 if s.path else 4
-        on = [p for (i, _), p in zip(s.points, xy) if i not in s.apart]
-        off = [p for (i, _), p in zip(s.points, xy) if i in s.apart]
-        if on:
-            ax.scatter(*zip(*on), marker=s.marker, s=MARKER_PT2, zorder=z, label=s.name, gid="points",
-                       facecolors=s.color if s.path else "white", edgecolors=s.color, linewidths=1.4)
-        if off:  # the first point is always a step: `on` is never empty
-            ax.scatter(*zip(*off), marker=APART, s=MARKER_PT2 * 0.8, zorder=z, gid="points", facecolors=s.color,
-                       edgecolors=s.color, linewidths=1.4, label="this run, not a step of the path (not one "
-                       "technique added)")
+        kinds: dict[tuple, list] = {}
+        for (i, m), p in zip(s.points, xy):
+            kinds.setdefault((i in s.apart, m.noisy), []).append(p)
+        for (apart, noisy), pts in kinds.items():
+            ax.scatter(*zip(*pts), marker=APART if apart else s.marker, s=MARKER_PT2 * (0.8 if apart else 1),
+                       zorder=z, gid="points", label="not a step: " + s.name if apart else s.name,
+                       facecolors="white" if noisy else s.color,
+                       edgecolors=s.color, linewidths=1.4)
         if s.path:
+            on = [p for (i, _), p in zip(s.points, xy) if i not in s.apart]
             for a, b in zip(on, on[1:]):
                 arrow = ax.annotate("", xy=b, xytext=a, gid="path-arrow", zorder=3, arrowprops=dict(
                     arrowstyle="-|>", color=s.color, lw=1.2, alpha=0.8, shrinkA=4.5, shrinkB=5.5, mutation_scale=10))
-                segments.append([a, b, 0.0, arrow])  # the bend (arc3's rad) is set once the scales are known
-        noisy = [(m.tokens_per_s, peak_gib(m)) for _, m in s.points if m.noisy]
-        if noisy:  # a speed from a busy machine: shown, and marked as one
-            ax.scatter(*zip(*noisy), s=MARKER_PT2 * 2.2, facecolors="none", edgecolors="#b22222", linestyles=":",
-                       linewidths=1.3, zorder=5, gid="noisy", label=None if noisy_said else
-                       "noisy speed: the machine was busy (measure again to trust it)")
-            noisy_said = True
-        front = [xy[i] for i in pareto_front(xy)]
-        several = sum(1 for t in series if t.xy) > 1
-        ax.scatter(*zip(*front), s=MARKER_PT2 * 3.4, facecolors="none", edgecolors="0.2", linewidths=1.0,
-                   zorder=3, gid="pareto", label=None if ringed else
-                   f"Pareto front{' of each series' if several else ''}: none both leaner and faster")
-        ringed = True
-    return segments
+                panel.segments.append([a, b, 0.0, arrow])  # the bend (arc3's rad) is set once the scales are known
+        panel.key += [Label(*p, f"{i}. {m.label}", i) for (i, m), p in zip(s.points, xy)]
 
 
-def _obstacles(ax, series: list[Series], segments) -> tuple[list, list]:
-    """Display boxes labels must avoid: every marker (with its ring), and every arrow; (markers, arrows)."""
-    markers, arrows = [], []
-    for s in series:
-        if s.xy:
-            xs, ys = zip(*s.xy)
-            markers += point_boxes(ax, xs, ys, radius_pt=6.0)
-    for a, b, rad, _ in segments:
-        arrows += segment_boxes(ax, a, b, rad=rad)
-    return markers, arrows
-
-
-def _legend_above(ax, renderer):
-    """The legend in a row (or rows) just above the axes, as wide as the axes at most; the title above it."""
-    legend = None
-    pairs = sorted(zip(*ax.get_legend_handles_labels()), key=lambda p: p[1].startswith("Pareto"))  # series first
-    handles, names = [h for h, _ in pairs], [n for _, n in pairs]
-    for ncol in range(min(3, len(names)), 0, -1):
-        legend = ax.legend(handles, names, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=ncol, frameon=False,
-                           fontsize=FONT_PT, borderaxespad=0.2, handletextpad=0.3, columnspacing=1.2)
-        if legend.get_window_extent(renderer).width <= ax.get_window_extent(renderer).width:
-            break
-    return legend
-
-
-def _caption(ax, series: list[Series], fell_back: list[Label], renderer) -> None:
-    """Under the x-axis label: the ids of the points whose names found no room, then what did not fit."""
-    items = [f"{lab.short}. {lab.text.split('. ', 1)[1]}" + ("" if lab.placed else " (no room to mark it)")
-             for lab in fell_back]
-    fig_right = ax.figure.bbox.x1 - 8
-    width = max(ax.get_window_extent(renderer).width, fig_right - ax.get_window_extent(renderer).x0)
-    anchor, x_pt = ax.xaxis.label, 0.0
-    col0 = None
-    for col in columns(items, width, ax, FONT_PT, renderer):
-        text = ax.annotate("\n".join(col), xy=(0, 0), xycoords=("axes fraction", ax.xaxis.label),
-                           xytext=(x_pt, -5), textcoords="offset points", va="top", ha="left",
-                           fontsize=FONT_PT, gid="caption", annotation_clip=False)
-        col0 = col0 or text
-        x_pt += (text.get_window_extent(renderer).width + 14) * 72 / ax.figure.dpi
-    anchor = col0 or anchor
-    misfits = [m for s in series for m in s.misfits]
-    if misfits:
-        ax.annotate(wrap("does not fit: " + "; ".join(misfits), width, ax, renderer), xy=(0, 0),
-                    xycoords=("axes fraction", anchor),
-                    xytext=(0, -4), textcoords="offset points", va="top", ha="left", fontsize=FONT_PT,
-                    color="#b22222", gid="caption", annotation_clip=False)
-
-
-def memory_vs_speed(
-    measurements: Sequence[Measurement],
-    reference: Sequence[Measurement] = (),
-    ax=None,
-    title: str = "Peak memory against speed",
-    numbers_only: bool = False,
-):
-    """Peak memory (GiB) against tokens/s: this run's recipes joined by arrows in the order given, each
-    arrow from a step to the next that adds one technique to it (path_steps; the others, such as a full
-    fine-tune or the source recipe, are points of their own, another marker), reference runs scattered
-    beside them, each series' Pareto front ringed, learner cards as lines.
-
-    Each point is labelled '<id>. <recipe>' where there is room, else with its id (numbers for this
-    run, letters for reference runs) listed under the axis; `numbers_only` always uses the ids. When any
-    of this run's names finds no room, all of its points show their numbers and the names are listed.
-    Recipes that did not fit are listed, not plotted. Without `ax` the figure is FIG_WIDTH_IN wide;
-    with one, labels are placed for the axes' current size (lay the figure out first).
-    """
-    own = ax is None
-    ax = ax or new_figure(FIG_WIDTH_IN, AXES_HEIGHT_IN)
-    renderer = ax.figure.canvas.get_renderer()
-    series = build_series(measurements, reference)
-    segments = _draw_series(ax, series)
-    xy = [p for s in series for p in s.xy]
-    cards = cards_to_draw([y for _, y in xy])
-    _axes(ax, xy, cards)
-    if own:
-        fit_width(ax.figure, [ax])
-    bend_retraced(ax, segments, points=xy)
-    legend = _legend_above(ax, renderer) if xy else None
-    above = legend.get_window_extent(renderer).y1 - ax.get_window_extent(renderer).y1 if legend else 0
-    ax.set_title(title, fontsize=FONT_PT + 3, pad=max(0, above) * 72 / ax.figure.dpi + 5)
-    _label(ax, series, segments, cards, renderer, numbers_only)
-    if own:
-        fit_height(ax.figure)
-    return ax
-
-
-def _axes(ax, xy, cards) -> None:
-    """The cards' lines, both scales (log where the range needs it), axis labels and grid."""
-    for name, gib in cards:
+def _draw_axes(panel: _Panel) -> None:
+    """The cards' lines, dotted lines through the panel's first point (its baseline), both scales, labels, grid."""
+    ax = panel.ax
+    xy = [(x, y * panel.scale) for s in panel.series for x, y in s.xy]
+    for name, gib in panel.cards:
         ax.axhline(gib, color="0.45", ls=(0, (5, 3)), lw=0.9, zorder=1, gid="card-line")
-    yscale = set_scale(ax.yaxis, [y for _, y in xy] + [g for _, g in cards] or [1.0])
+    if xy:
+        ax.axhline(xy[0][1], color="0.6", ls=":", lw=0.9, zorder=1, gid="baseline-line")
+        ax.axvline(xy[0][0], color="0.6", ls=":", lw=0.9, zorder=1, gid="baseline-line")
+    yscale = set_scale(ax.yaxis, [y for _, y in xy] + [g for _, g in panel.cards] or [1.0])
     set_scale(ax.xaxis, [x for x, _ in xy] or [1.0])
     ax.set_xlabel("training speed (tokens/s, after warm-up)", fontsize=FONT_PT + 1)
-    ax.set_ylabel("peak memory (GiB" + (", log scale)" if yscale == "log" else ")"), fontsize=FONT_PT + 1)
+    ax.set_ylabel(f"peak memory ({panel.unit}" + (", log scale)" if yscale == "log" else ")"), fontsize=FONT_PT + 1)
     ax.tick_params(labelsize=FONT_PT)
     ax.grid(True, alpha=0.25)
     if not xy:
-        ax.text(0.5, 0.5, "no recipe here fits with a measured speed", transform=ax.transAxes, ha="center",
-                fontsize=FONT_PT + 1, color="0.4")
+        ax.text(0.5, 0.5, "no recipe here fits\nwith a measured speed", transform=ax.transAxes, ha="center",
+                va="center", fontsize=FONT_PT + 1, color="0.4")
 
 
-def _label(ax, series, segments, cards, renderer, numbers_only: bool) -> None:
-    """The cards' names on their lines, then each point's name (or id) beside it, then the caption. This run's
-    points are named first, nearest their points; where any of its names finds no room, every point of this
-    run is marked by its number and its names are listed under the axes in one numbered list (a mix of names
-    and numbers on a crowded plot reads as if the numbers were other points')."""
-    markers, arrows = _obstacles(ax, series, segments)
-    taken = markers + arrows
-    taken += place_line_labels(ax, [(f"{name}: {gib:g} GiB", gib) for name, gib in cards], taken, FONT_PT, renderer)
-    centres = [tuple(c) for s in series if s.xy for c in ax.transData.transform(s.xy)]
-    fell_back = []
-    for s in series:
-        labels = [Label(x, y, f"{i}. {m.label}", i) for (i, m), (x, y) in zip(s.points, s.xy)]
-        placed = place_labels(ax, labels, taken, FONT_PT, renderer, short_only=numbers_only, markers=markers,
-                              lines=arrows, points=centres)
-        if s.path and placed[1] and not numbers_only:
-            for annotation in placed[0]:
-                annotation.remove()
-            for label in labels:
-                label.placed = True
-            placed = place_labels(ax, labels, taken, FONT_PT, renderer, short_only=True, markers=markers,
-                                  lines=arrows, points=centres)
-        taken += placed[2]
-        fell_back += placed[1]
-    _caption(ax, series, fell_back, renderer)
+def _line_boxes(ax, gids=("card-line", "baseline-line")) -> list:
+    """Display boxes (1 px either side) of the axes' lines with these gids (the cards', the baseline's), which
+    labels keep off."""
+    frame = ax.get_window_extent()
+    out = []
+    for line in ax.lines:
+        if line.get_gid() not in gids:
+            continue
+        (x0, y0), (x1, y1) = line.get_transform().transform(list(zip(line.get_xdata(), line.get_ydata())))
+        if abs(y0 - y1) < 0.5:  # horizontal
+            out.append((frame.x0, y0 - 1, frame.x1, y0 + 1))
+        else:
+            out.append((x0 - 1, frame.y0, x0 + 1, frame.y1))
+    return out
+
+
+def _layout(fig, panels: list[_Panel], title: str, bottom_in: float, renderer, key_height: float) -> None:
+    """Place the title and each panel's axes: the axes' labels and ticks fill the panel's column, above
+    `key_height` pixels for the keys, everything inside the figure less the inline backend's padding."""
+    dpi = fig.dpi
+    width, height = fig.bbox.width, fig.bbox.height
+    pad = _PAD_IN * dpi
+    title_text = next((t for t in fig.texts if t.get_gid() == "title"), None) or fig.text(
+        0.5, 1 - pad / height, title, ha="center", va="top", fontsize=FONT_PT + 3, gid="title")
+    top = height - pad - text_size(panels[0].ax, title, FONT_PT + 3, renderer)[1] - 6
+    spans = [p.span for p in panels]
+    bottom = bottom_in * dpi + pad + key_height + (4 if key_height else 0)
+    for p, (x0, x1) in zip(panels, spans):
+        p.ax.set_position(((x0 + 0.7 * dpi) / width, (bottom + 0.5 * dpi) / height, (x1 - x0 - 0.8 * dpi) / width,
+                           (top - bottom - 0.8 * dpi) / height))
+    for _ in range(2):  # tick labels change with the axes' size: measure again
+        fig.draw_without_rendering()
+        boxes = []
+        for p, (x0, x1) in zip(panels, spans):
+            tight, box = p.ax.get_tightbbox(renderer), p.ax.get_window_extent(renderer)
+            boxes.append((box.x0 + x0 - tight.x0, box.y0 + bottom - tight.y0, box.x1 + x1 - tight.x1,
+                          box.y1 + top - tight.y1))
+        y0, y1 = max(b[1] for b in boxes), min(b[3] for b in boxes)
+        for p, b in zip(panels, boxes):
+            p.ax.set_position((b[0] / width, y0 / height, (b[2] - b[0]) / width, (y1 - y0) / height))
+    title_text.set_x((spans[0][0] + spans[-1][1]) / 2 / width)
+
+
+def _key_items(panel: _Panel, renderer) -> list[str]:
+    """'<id>. <recipe> (notes)' of each point, '(not marked)' added where its id found no room on the plot;
+    one wider than the panel's column goes on over lines of its own, indented."""
+    width = panel.span[1] - panel.span[0]
+    items = [lab.text + ("" if lab.placed else " (not marked)") for lab in panel.key]
+    return [wrap(t, width - 25, panel.ax, renderer, FONT_PT).replace("\n", "\n    ") for t in items]
+
+
+def _key_columns(panel: _Panel, renderer) -> tuple:
+    """(the key's columns of items in the panel's column, the key's height in pixels with what did not fit)."""
+    ax, width_px = panel.ax, panel.span[1] - panel.span[0]
+    cols = columns(_key_items(panel, renderer), width_px, ax, FONT_PT, renderer, KEY_GAP_PX)
+    height = text_size(ax, "\n".join(max(cols, key=len)), FONT_PT, renderer)[1] if cols else 0.0
+    for extra in (_notes(panel), _misfits(panel)):
+        if extra:
+            height += 3 + text_size(ax, wrap(extra, width_px, ax, renderer, FONT_PT), FONT_PT, renderer)[1]
+    return cols, height
+
+
+def _notes(panel: _Panel) -> str:
+    """What the panel's markers other than its series' own mean, where it has any: a hollow one is a noisy speed,
+    a diamond a point that is not a step of the path."""
+    noisy = any(m.noisy for s in panel.series for _, m in s.points)
+    apart = any(s.apart for s in panel.series)
+    return "; ".join((["hollow: a noisy speed (busy machine)"] if noisy else []) +
+                     (["\u25c6 not one technique added: no arrow"] if apart else []))
+
+
+def _misfits(panel: _Panel) -> str:
+    names = [m for s in panel.series for m in s.misfits]
+    return "does not fit: " + "; ".join(names) if names else ""
+
+
+def _draw_key(fig, panel: _Panel, top: float, renderer) -> None:
+    """The key's columns under the panel, from display y `top`; then what its markers mean (_notes); then, in
+    red, the recipes that did not fit."""
+    cols = _key_columns(panel, renderer)[0]
+    width, height = fig.bbox.width, fig.bbox.height
+    x0, width_px = panel.span[0], panel.span[1] - panel.span[0]
+    x, lowest = x0, top
+    for c in cols:
+        text = fig.text(x / width, top / height, "\n".join(c), ha="left", va="top", fontsize=FONT_PT, gid="caption")
+        box = text.get_window_extent(renderer)
+        x, lowest = x + box.width + KEY_GAP_PX, min(lowest, box.y0)
+    for extra, color in ((_notes(panel), "0.3"), (_misfits(panel), "#b22222")):
+        if extra:
+            text = fig.text(x0 / width, (lowest - 3) / height, wrap(extra, width_px, panel.ax, renderer, FONT_PT),
+                            ha="left", va="top", fontsize=FONT_PT, color=color, gid="caption")
+            lowest = text.get_window_extent(renderer).y0
+
+
+def _label(panel: _Panel, renderer) -> None:
+    """Each point's id beside it (numbers for this run, letters for the reference runs), keeping off every
+    marker, arrow, card line and other id (the key under the panel names them); then the cards' names on their
+    lines, keeping off the markers, arrows and ids. Either may lie over a dotted baseline: in its white box it
+    stays legible."""
+    ax = panel.ax
+    markers = []
+    for s in panel.series:
+        if s.xy:
+            markers += point_boxes(ax, [x for x, _ in s.xy], [y * panel.scale for _, y in s.xy], radius_pt=6.0)
+    arrows = [b for a, b_, rad, _ in panel.segments for b in segment_boxes(ax, a, b_, rad=rad)]
+    lines = _line_boxes(ax, ("card-line",))  # an id may sit on a dotted baseline (in its white box), not on a card's
+    centres = [tuple(c) for c in ax.transData.transform([(lab.x, lab.y) for lab in panel.key])] if panel.key else []
+    ids = place_labels(ax, panel.key, markers + arrows + lines, FONT_PT, renderer, short_only=True, markers=markers,
+                       lines=arrows + lines, points=centres)[2]
+    place_line_labels(ax, [(f"{name}: {gib:g} GiB", gib) for name, gib in panel.cards], markers + arrows + ids,
+                      FONT_PT, renderer, shorts=[f"{gib:g} GiB" for _, gib in panel.cards])
+
+
+def _split(fig, panels: list[_Panel], renderer) -> float:
+    """Give each panel an equal column of the figure (its `span`); returns the keys' height in pixels."""
+    pad, gap = _PAD_IN * fig.dpi, _GAP_IN * fig.dpi
+    col = (fig.bbox.width - 2 * pad - gap * (len(panels) - 1)) / len(panels)
+    for i, p in enumerate(panels):
+        p.span = (pad + i * (col + gap), pad + i * (col + gap) + col)
+    return max(_key_columns(p, renderer)[1] for p in panels)
+
+
+def _panels(groups: list[tuple[str, list[Series]]], title: str, size_in=FIGURE_IN, bottom_in: float = 0.0):
+    """A figure of `size_in` with one memory-against-speed panel per group (side by side, each on its own axes
+    and in its own unit), the title above and each panel's key under it; `bottom_in` left empty below."""
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(size_in[0] - 2 * _SAVE_PAD_IN, size_in[1] - 2 * _SAVE_PAD_IN))
+    renderer = fig.canvas.get_renderer()
+    panels = []
+    for name, series in groups:
+        unit, scale = _panel_unit(series)
+        ax = fig.add_axes((0.1, 0.2, 0.3, 0.5))
+        panel = _Panel(ax, series, unit, scale, cards_to_draw([y for s in series for _, y in s.xy]))
+        _draw_series(panel)
+        _draw_axes(panel)
+        panels.append(panel)
+    key_height = _split(fig, panels, renderer)
+    for p, (name, series) in zip(panels, groups):
+        p.ax.set_title(wrap(_panel_title(series, name), p.span[1] - p.span[0] - 10, p.ax, renderer, FONT_PT + 1),
+                       fontsize=FONT_PT + 1, loc="left")
+    for _ in range(3):  # an id that finds no room lengthens its key's line, which may take another row
+        _layout(fig, panels, title, bottom_in, renderer, key_height)
+        for p in panels:
+            bend_retraced(p.ax, p.segments, points=[(lab.x, lab.y) for lab in p.key])
+            _label(p, renderer)
+        needed = max(_key_columns(p, renderer)[1] for p in panels)
+        if needed <= key_height:
+            break
+        key_height = needed
+        for p in panels:
+            for t in [t for t in p.ax.texts if t.get_gid() in ("point-label", "card-label")]:
+                t.remove()
+            for lab in p.key:
+                lab.placed = True
+    fig.draw_without_rendering()
+    key_top = min(p.ax.get_tightbbox(renderer).y0 for p in panels) - 4
+    for p in panels:
+        _draw_key(fig, p, key_top, renderer)
+    return fig
+
+
+def memory_vs_speed(measurements: Sequence[Measurement], reference: Sequence[Measurement] = (),
+                    title: str = "Peak memory against speed"):
+    """One panel: peak memory against tokens/s of this run's recipes (joined by arrows in the order given,
+    from a step to the next that adds one technique to it: path_steps) and of `reference`, on the same axes.
+    technique_figure puts the two in panels of their own. Returns the axes."""
+    return _panels([("Peak memory against speed", build_series(measurements, reference))], title).axes[0]
 
 
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
-    """The notebooks' closing figure: this run's path and the shipped GPU reference runs on one plot."""
-    return memory_vs_speed(list(mine), list(reference), title=title).figure
+    """The notebooks' closing figure: this run's path on the left, the shipped GPU reference runs on the right,
+    each panel on its own axes (own unit: MiB for a CPU run of the tiny model) with dotted lines through its
+    first point (its baseline); points marked by id, named in a key under their panel.
+
+    Its size, FIGURE_IN = 9.0 x 5.2 in at the inline backend's 100 dpi, is 900 x 520 CSS px, what JupyterLab 4
+    shows of one output at 1366 x 768 with its file browser open: across, 1366 - 33 (activity bar) - 256 (file
+    browser) - ~120 (notebook padding, prompt column) = ~957 px >= 900; down, 768 - ~85 (browser tabs, address
+    bar) - ~118 (JupyterLab's menu, tab bar, notebook toolbar, status bar) = ~565 px >= 520, with room for the
+    line of code above it. Everything is drawn within 8.8 x 5.0 in: the inline backend's bbox_inches="tight"
+    adds 0.1 in of padding on each side."""
+    mine, reference = [m for m in mine if m is not None], list(reference)
+    groups = [("Your run", build_series(mine))] if mine or not reference else []
+    if reference:
+        groups.append(("Reference (shipped)", build_series([], reference)))
+    return _panels(groups, title)
 
 
 def ladder_figure(measurements: Sequence[Measurement], reference: Sequence[Measurement] = (), path=None):
-    """The `course run` figure: memory against speed above the breakdown of each peak (both numbered
-    alike); saved to `path` if given."""
+    """The `course run` figure: technique_figure's panels above the breakdown of each peak (numbered alike);
+    saved to `path` if given."""
     fits = [m for m in measurements if m.fits]
-    top = memory_vs_speed(measurements, reference, title="Peak memory against speed")
-    fig = top.figure
-    bar_height = 0.25 + 0.3 * max(1, len(fits))
-    grow_below(fig, bar_height + 1.5)
-    fig.draw_without_rendering()
-    height, dpi = fig.get_size_inches()[1], fig.dpi
-    above = top.get_tightbbox(fig.canvas.get_renderer()).y0 / dpi - 0.5  # under the caption, room for a title
-    pos = top.get_position()
-    bars = fig.add_axes((pos.x0, (above - bar_height) / height, pos.width, bar_height / height))
+    bars_in = 0.25 + 0.3 * max(1, len(fits)) + 0.9
+    groups = [("Your run", build_series(measurements))] + (
+        [("Reference (shipped)", build_series([], reference))] if reference else [])
+    fig = _panels(groups, "Peak memory against speed", size_in=(FIGURE_IN[0], FIGURE_IN[1] + bars_in),
+                  bottom_in=bars_in)
+    height = fig.get_size_inches()[1]
+    bars = fig.add_axes((0.25, (_PAD_IN + 0.45) / height, 0.5, (bars_in - 0.9) / height))
     memory_breakdown(fits, ax=bars)
     fit_width(fig, [bars])
-    fit_height(fig)
     if path is not None:
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, bbox_inches="tight")
     return fig
 
 

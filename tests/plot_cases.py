@@ -75,7 +75,7 @@ def nb07_cpu() -> tuple[list, list]:
                (59.0, 1184, False), (33.2, 717, True)]
     mine = [make(r, p, s, noisy=n) for r, (p, s, n) in zip(rungs, figures)]
     mine.append(make(_source_here(base), 59.0, 1066))
-    return mine, h200()
+    return mine, notebook_reference("07")
 
 
 def _nb07_gpu(model: str, figures, source: tuple[float, float], device: str,
@@ -86,7 +86,7 @@ def _nb07_gpu(model: str, figures, source: tuple[float, float], device: str,
     mine = [make(r, g * 1024, s, device=device, gpu=True, precision=precision if r.precision == "auto" else None)
             for r, (g, s) in zip(ladder(base), figures)]
     mine.append(make(_source_here(base), source[0] * 1024, source[1], device=device, gpu=True, precision=precision))
-    return mine, h200()
+    return mine, notebook_reference("07")
 
 
 def nb07_t4() -> tuple[list, list]:
@@ -145,7 +145,7 @@ def notebook_reference(nn: str) -> list[Measurement]:
 
     path = next((Path(__file__).parent.parent / "notebooks").glob(f"{nn}_*.ipynb"))
     sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
-    call = next(m for s in sources for m in [re.search(r"reference = reference_points\((.*?)\)\n", s, re.S)] if m)
+    call = next(m for s in sources for m in [re.search(r"reference = reference_points\((.*?)\)(?:\n|$)", s, re.S)] if m)
     return reference_points(*ast.literal_eval("(" + call.group(1) + ",)"))
 
 

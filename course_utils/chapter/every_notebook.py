@@ -19,6 +19,7 @@ from course_utils.models import no_progress_bars, resolve_model
 from course_utils.recipe import Recipe, base_recipe_for
 from course_utils.results import reference_results
 from course_utils.show.plots import technique_figure as figure
+from course_utils.show.report import not_measured
 from course_utils.show.tables import wrap, wrap_parts
 
 def releases_memory(fn):
@@ -279,8 +280,6 @@ class Prediction:
 
     def against(self, before, after) -> str:
         """One line: the measured figure against the guess (or the estimate), from the two measurements."""
-        from course_utils.show.report import not_measured
-
         skip = not_measured(before, after)
         if skip:
             return skip

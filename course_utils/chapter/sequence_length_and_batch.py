@@ -10,6 +10,8 @@ from course_utils.chapter.exercises import (Exercise, SEQ_STEP, Verdict, _est, _
                                             _refuse)
 from course_utils.common import MiB
 from course_utils.recipe import Recipe
+from course_utils.show.report import not_measured
+from course_utils.show.tables import wrap
 
 # --- 06: the longest sequence in the base recipe's memory, with checkpointing ----------------------------
 def _fig_06(start: Recipe, hw: str) -> dict:
@@ -64,9 +66,6 @@ def growth(measurements, category: str) -> str:
 def closing_06(no: list, yes: list) -> str:
     """Notebook 06: the sequence sweep's first and last points, without checkpointing (`no`) and with it (`yes`):
     the peak and how many times the activations grew for that many times the tokens (or why nothing compares)."""
-    from course_utils.show.report import not_measured
-    from course_utils.show.tables import wrap
-
     skip = not_measured(*no, *yes)  # a point that did not fit leaves nothing to compare
     if skip:
         return skip

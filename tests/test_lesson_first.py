@@ -154,3 +154,19 @@ def test_predict_takes_the_estimators_figure_and_refuses_a_guess_that_is_not_a_n
     for bad in ("80 MiB", True):
         with pytest.raises(ValueError, match="your guess should be a number"):
             predict(bad, rungs[0], rungs[1], "activations", "x")
+
+
+def test_notebook_06s_closing_says_how_the_sweep_grew_or_why_it_cannot():
+    from course_utils.chapter.sequence_length_and_batch import closing_06
+
+    def point(seq, peak, acts, fits=True):
+        return SimpleNamespace(recipe_obj=SimpleNamespace(max_seq_length=seq, micro_batch=4), env={"device": "CPU"},
+                               peak_bytes=peak * MiB, peak_by_category={"activations": acts * MiB}, fits=fits,
+                               mib=lambda c, p=peak, a=acts: p if c == "peak" else a, label=f"seq {seq}",
+                               error="out of memory")
+
+    no, yes = [point(64, 89.1, 20), point(256, 304.3, 80)], [point(64, 68.9, 1.5), point(256, 223.2, 6)]
+    assert " ".join(closing_06(no, yes).split()) == (
+        "On CPU, from sequence 64 to 256 at micro-batch 4: peak 89.1 -> 304.3 MiB without checkpointing, "
+        "68.9 -> 223.2 MiB with it; activations x4.0 and x4.0 for 4x the tokens.")
+    assert "seq 256 does not fit" in closing_06(no, [yes[0], point(256, 0, 0, fits=False)])

@@ -1,10 +1,11 @@
 """What the chapter notebooks share: which model to use here, the base recipe for this hardware,
-the shipped GPU reference points, and the figures every notebook ends with.
+the shipped GPU reference points, the figures every notebook ends with, and the learner's prediction before a run.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import os
 import sys
 from string import Template
@@ -18,6 +19,7 @@ from course_utils.models import no_progress_bars, resolve_model
 from course_utils.recipe import Recipe, base_recipe_for
 from course_utils.results import reference_results
 from course_utils.show.plots import technique_figure as figure
+from course_utils.show.report import not_measured
 from course_utils.show.tables import wrap, wrap_parts
 
 def releases_memory(fn):
@@ -244,3 +246,59 @@ def estimate_vs_measured(measurements) -> str:
     for m in measurements:
         lines += comparison_lines(m.label, estimate_for(m.recipe_obj), m, 34)
     return "\n".join(lines)
+
+
+# --- predict, then measure (issue 30): notebooks 00-06 ---------------------------------------------------------
+@dataclass(frozen=True)
+class Prediction:
+    """Notebooks 00-06: the learner's guess of what the next run will show, with the course's estimator's answer
+    beside it (and in its place when there is no guess), compared with the measurement after the run.
+
+    unit "MiB": what one category (or the peak) falls from `before` to `after` (a saving, in MiB);
+    unit "x": how many times it grows from `before` to `after`."""
+
+    what: str  # e.g. "activations saved by checkpointing"
+    category: str  # a Measurement category, or "peak"
+    estimate: float  # the estimator's figure, in `unit`
+    guess: float | None = None
+    unit: str = "MiB"
+    keys: tuple[str, ...] = ()  # the predicted recipes' keys: against() compares only the same recipes' runs
+
+    def figure(self, before, after) -> float:
+        """The figure this prediction is about, from two Estimates or two Measurements."""
+        def mib(x) -> float:
+            parts = x.peak_by_category if hasattr(x, "peak_by_category") else x.by_category
+            return (x.peak_bytes if self.category == "peak" else parts.get(self.category, 0)) / MiB
+
+        return mib(after) / mib(before) if self.unit == "x" else mib(before) - mib(after)
+
+    def _fmt(self, value: float) -> str:
+        return f"x{value:.2f}" if self.unit == "x" else f"{value:,.1f} MiB"
+
+    def __str__(self) -> str:
+        mine = "no guess yet" if self.guess is None else f"your guess {self._fmt(self.guess)}"
+        return wrap(f"{self.what}: {mine}; the estimator says {self._fmt(self.estimate)}.")
+
+    def against(self, before, after) -> str:
+        """One line: the measured figure against the guess (or the estimate), from the two measurements."""
+        skip = not_measured(before, after)
+        if skip:
+            return skip
+        if self.keys and self.keys != (before.recipe_obj.key, after.recipe_obj.key):
+            return wrap(f"{self.what}: the run measured other recipes than the prediction's ({before.label}, "
+                        f"{after.label}), so there is nothing to compare.")
+        got = self.figure(before, after)
+        off = lambda x: f"{x - got:+,.2f}" if self.unit == "x" else f"{x - got:+,.1f} MiB"  # noqa: E731
+        mine = "no guess" if self.guess is None else f"your guess {self._fmt(self.guess)} ({off(self.guess)})"
+        return wrap(f"{self.what}: measured {self._fmt(got)}; {mine}; the estimator {self._fmt(self.estimate)} "
+                    f"({off(self.estimate)}).")
+
+
+def predict(guess, before: Recipe, after: Recipe, category: str, what: str, unit: str = "MiB") -> Prediction:
+    """Notebooks 00-06, the cell before a run: the learner's `guess` (a number in `unit`, or None) and the
+    estimator's figure for the same recipes (estimate_for), as a Prediction to print and to compare after it."""
+    if guess is not None and (isinstance(guess, bool) or not isinstance(guess, (int, float))):
+        raise ValueError(f"your guess should be a number ({'a factor' if unit == 'x' else 'MiB'}) or None, "
+                         f"not {guess!r}")
+    figure = Prediction(what, category, 0.0, unit=unit).figure(estimate_for(before), estimate_for(after))
+    return Prediction(what, category, figure, None if guess is None else float(guess), unit, (before.key, after.key))

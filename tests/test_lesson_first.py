@@ -120,11 +120,11 @@ def _m(peak: float, acts: float, key: str = "k", fits: bool = True):
 
 def test_a_prediction_compares_the_guess_or_the_estimate_with_the_measurement():
     p = Prediction("Activations saved", "activations", 81.2)
-    assert str(p) == "Activations saved: no guess yet; the estimator says 81.2 MiB."
+    assert str(p).startswith("Activations saved: no guess yet") and "81.2" not in str(p)  # the answer waits
     assert p.against(_m(300, 87.2), _m(220, 6.1)) == (
         "Activations saved: measured 81.1 MiB; no guess; the estimator 81.2 MiB (+0.1 MiB).")
     guessed = Prediction("Activations saved", "activations", 81.2, guess=50)
-    assert str(guessed) == "Activations saved: your guess 50.0 MiB; the estimator says 81.2 MiB."
+    assert str(guessed).startswith("Activations saved: your guess 50.0 MiB;") and "81.2" not in str(guessed)
     assert "your guess 50.0 MiB (-31.1 MiB)" in guessed.against(_m(300, 87.2), _m(220, 6.1))
     x = Prediction("Activations, sequence 128 -> 256", "activations", 2.0, guess=4, unit="x")
     assert " ".join(x.against(_m(100, 10), _m(150, 20)).split()) == (

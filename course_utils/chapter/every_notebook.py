@@ -251,8 +251,8 @@ def estimate_vs_measured(measurements) -> str:
 # --- predict, then measure (issue 30): notebooks 00-06 ---------------------------------------------------------
 @dataclass(frozen=True)
 class Prediction:
-    """Notebooks 00-06: the learner's guess of what the next run will show, with the course's estimator's answer
-    beside it (and in its place when there is no guess), compared with the measurement after the run.
+    """Notebooks 00-06: the learner's guess of what the next run will show, compared after the run with the
+    measurement and with the course's estimator's figure (shown only then, so it does not give the answer away).
 
     unit "MiB": what one category (or the peak) falls from `before` to `after` (a saving, in MiB);
     unit "x": how many times it grows from `before` to `after`."""
@@ -276,8 +276,13 @@ class Prediction:
         return f"x{value:.2f}" if self.unit == "x" else f"{value:,.1f} MiB"
 
     def __str__(self) -> str:
-        mine = "no guess yet" if self.guess is None else f"your guess {self._fmt(self.guess)}"
-        return wrap(f"{self.what}: {mine}; the estimator says {self._fmt(self.estimate)}.")
+        """Before the run: the guess only. The estimator's figure waits for the comparison after the run, so that
+        it does not answer the question before the learner does."""
+        if self.guess is None:
+            return wrap(f"{self.what}: no guess yet (write one above and run this cell again); the estimator's "
+                        "figure shows beside the measurement after the run.")
+        return wrap(f"{self.what}: your guess {self._fmt(self.guess)}; after the run, the measurement and the "
+                    "estimator's figure show beside it.")
 
     def against(self, before, after) -> str:
         """One line: the measured figure against the guess (or the estimate), from the two measurements."""

@@ -318,23 +318,34 @@ class RungError(KeyError):
 
 
 class Rungs(list):
-    """run_ladder's measurements, in the ladder's order; `rungs["+ 8-bit AdamW"]` is the rung of that name
-    (RUNG_NAMES). A rung skipped here is not in the list: `skipped` says why."""
+    """run_ladder's measurements, in the ladder's order, addressed by rung name (RUNG_NAMES) as well as by
+    position: `rungs["+ 8-bit AdamW"]` is that rung, `rungs["+ 8-bit AdamW":"+ paged 8-bit AdamW"]` the rungs
+    from one to the other, both included, and `rungs["+ 8-bit AdamW":]` the rungs from it on. A rung skipped
+    here is not in the list: `skipped` says why."""
 
     def __init__(self, measured, skipped: dict[str, str]):
         super().__init__(measured)
         self.skipped = skipped
 
     def __getitem__(self, key):
-        if not isinstance(key, str):
-            return super().__getitem__(key)
-        found = [m for m in self if m.label == key]
-        if found:
-            return found[0]
-        if key in self.skipped:
-            raise RungError(f"The rung {key!r} was not measured here: {self.skipped[key]}.")
-        _rungs_through(key)  # an unknown name says which names there are
-        raise RungError(f"The rung {key!r} was not measured: run_ladder stopped before it (through=).")
+        if isinstance(key, str):
+            return super().__getitem__(self._position(key))
+        if isinstance(key, slice) and (isinstance(key.start, str) or isinstance(key.stop, str)):
+            start = self._position(key.start) if key.start is not None else None
+            stop = self._position(key.stop) + 1 if key.stop is not None else None
+            return super().__getitem__(slice(start, stop, key.step))
+        return super().__getitem__(key)
+
+    def _position(self, name: str) -> int:
+        """Where the rung named `name` is in the list; RungError when the ladder has none of that name or it was
+        not measured here."""
+        for i, m in enumerate(self):
+            if m.label == name:
+                return i
+        if name in self.skipped:
+            raise RungError(f"The rung {name!r} was not measured here: {self.skipped[name]}.")
+        _rungs_through(name)  # an unknown name says which names there are
+        raise RungError(f"The rung {name!r} was not measured: run_ladder stopped before it (through=).")
 
 
 def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,

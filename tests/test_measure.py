@@ -283,6 +283,8 @@ def test_run_ladder_and_sweep_sit_on_measure_all(measured_here, tiny_model):
     assert [m.label for m in ladder] == [r.name for i, r in enumerate(rungs) if i not in same]  # a skip: no copy
     assert len(measured_here) == len(ladder) == len(rungs) - len(same)
     assert ladder["+ 8-bit AdamW"] is ladder[3] and ladder["+ 8-bit AdamW"].recipe["optimizer"] == "adamw_8bit"
+    assert ladder["+ accumulation (micro-batch 1)":"+ paged 8-bit AdamW"] == ladder[2:5]
+    assert ladder["+ 8-bit AdamW":] == ladder[3:] and ladder[:"+ 8-bit AdamW"] == ladder[:4]
     with pytest.raises(measure_mod.RungError, match="not measured here: precision=auto is fp32"):
         ladder["+ mixed precision"]
     first, _ = measure_mod.run_ladder(base, progress=False, through="+ gradient checkpointing")

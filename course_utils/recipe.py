@@ -319,7 +319,7 @@ class Technique:
 
     def on(self, r: "Recipe") -> bool:
         """True when `r` uses it: its first field is away from the default, and what it needs is there."""
-        return getattr(r, self.fields[0]) != _DEFAULTS[self.fields[0]] and \
+        return getattr(r, self.fields[0]) != self.default and \
             all(getattr(r, name) == value for name, value in self.needs)
 
     def part(self, r: "Recipe") -> str:
@@ -328,13 +328,16 @@ class Technique:
 
 
 def _half_sequence(r: Recipe) -> dict:
+    """The shorter-sequences rung: half the rung above's length (16 at least)."""
     return {"max_seq_length": max(16, r.max_seq_length // 2)}
 
 
 def _all_in_accumulation(r: Recipe) -> dict:
+    """The accumulation rung: micro-batch 1, the same sequences per optimizer step as the rung above."""
     return {"micro_batch": 1, "grad_accum": r.micro_batch * r.grad_accum}
 
 
+# In describe()'s order; the ladder's order is its rungs' places.
 _SPEED = "the memory does not change"
 TECHNIQUES: tuple[Technique, ...] = (
     Technique(("load_in_4bit", "double_quant"), "4-bit NF4", rungs=((6, "+ 4-bit QLoRA (NF4, double quant)",

@@ -13,17 +13,19 @@ from __future__ import annotations
 import argparse
 import typing
 
-from course_utils.recipe import FIELD_HELP, PRECISIONS, Recipe, base_recipe_for, source_chapter_recipe
+from course_utils.recipe import (FIELD_HELP, PRECISIONS, TECHNIQUES, Recipe, base_recipe_for,
+                                  source_chapter_recipe)
 
 # Spellings the CLI had before its flags were derived: each still works, beside --field-name.
 ALIASES = {"max_seq_length": ("--seq",), "learning_rate": ("--lr",)}
 CHOICES = {"precision": PRECISIONS}
 
+_FIELD_ORDER = list(FIELD_HELP)
 FLAGS = {
-    # the knobs the estimator reads: everything that changes the memory of one training step
-    "estimate": ("load_in_4bit", "double_quant", "prepare_kbit", "lora_r", "lora_targets", "lora_dropout",
-                 "precision", "gradient_checkpointing", "micro_batch", "grad_accum", "optimizer", "max_seq_length",
-                 "offload_embeddings", "liger_kernels", "offload_activations"),
+    # the knobs the estimator reads: everything that changes the memory of one training step (the techniques
+    # whose memory it models, TECHNIQUES' `memory`, and LoRA's shape), in the Recipe's order
+    "estimate": tuple(sorted({name for t in TECHNIQUES if not t.memory for name in t.fields}
+                             | {"lora_targets", "lora_dropout"}, key=_FIELD_ORDER.index)),
     # the ladder's baseline: how long each rung trains and the sizes the rungs start from
     "run": ("steps", "warmup_steps", "max_seq_length", "micro_batch", "grad_accum", "learning_rate", "seed"),
 }
@@ -38,18 +40,15 @@ NOT_EXPOSED = {
         "model": _OWN, "label": _LABEL,
         "lora_alpha": "it scales the adapter's update: no memory", "steps": _NO_MEMORY, "warmup_steps": _NO_MEMORY,
         "learning_rate": _NO_MEMORY, "seed": _NO_MEMORY,
-        "torch_compile": "a speed knob the estimator does not model: its answer would not change",
-        "tf32": "a speed knob (matmul precision): the memory does not change",
-        "lean_host": "a speed knob (host-GPU waits): the memory does not change",
+        **{name: t.memory for t in TECHNIQUES if t.memory for name in t.fields},
     },
     "run": {
         "model": _OWN, "label": "the ladder names its rungs",
-        "gradient_checkpointing": _RUNG, "optimizer": _RUNG, "precision": _RUNG, "load_in_4bit": _RUNG,
         "double_quant": "the 4-bit rung is NF4 with double quant, as its label says",
         "prepare_kbit": "the 4-bit rung uses peft's fp32 upcast, as the chapter does",
         "lora_r": _LORA, "lora_alpha": _LORA, "lora_dropout": _LORA, "lora_targets": _LORA,
-        "offload_embeddings": _BEYOND, "liger_kernels": _BEYOND, "torch_compile": _BEYOND,
-        "offload_activations": _BEYOND, "tf32": _BEYOND, "lean_host": _BEYOND,
+        **{name: _BEYOND if t.where == "beyond" else _RUNG for t in TECHNIQUES if t.where != "setup"
+           for name in t.fields if name not in ("double_quant", "prepare_kbit", *FLAGS["run"])},
     },
 }
 _FULL_FINE_TUNE = 0  # what _lora_rank returns for 'none' (None is "not given")

@@ -26,7 +26,7 @@ from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_P
 from course_utils.guards import measuring
 from course_utils.machine import HardwareError, resolve_precision
 from course_utils.models import ModelUnavailableError, uses_shipped_data
-from course_utils.recipe import Recipe, RecipeError, ladder
+from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, RecipeError, ladder
 from course_utils.results import Measurement, ResultStore, default_store, environment
 from course_utils.show.report import results_table
 from course_utils.show.tables import Note
@@ -289,41 +289,85 @@ def _measure_one(recipe: Recipe, keep_going: bool, **how) -> Outcome:
     return Outcome(recipe, m, "", round(time.perf_counter() - started, 1))
 
 
-def ladder_here(base: Recipe, upto: int | None = None) -> tuple[list[Recipe], dict[int, str]]:
-    """The chapter's ladder from `base` (its first `upto` rungs) as it runs here, mixed precision resolved,
-    and {position: why} for the rungs that are then the same recipe as the rung above (on a CPU, mixed
-    precision is fp32, so that rung is the one before it)."""
+def ladder_here(base: Recipe, through: str | None = None) -> tuple[list[Recipe], dict[int, str]]:
+    """The chapter's ladder from `base` (up to the rung named `through`, one of RUNG_NAMES) as it runs here,
+    mixed precision resolved, and {position: why} for the rungs that are then the same recipe as the rung
+    above (on a CPU, mixed precision is fp32, so that rung is the one before it)."""
 
-    asked = ladder(base)[:upto]
+    asked = ladder(base)[:_rungs_through(through)]
     rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
     same = {i: _same_as_above(asked[i - 1], asked[i], machine.device_type())
             for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
     return rungs, same
 
 
-def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
-               upto: int | None = None, isolate: bool | None = None) -> tuple[list[Measurement], dict[int, str]]:
-    """Measure the chapter's ladder from `base`, one technique added per rung (the first `upto` rungs).
+def _rungs_through(name: str | None) -> int | None:
+    """How many rungs the ladder has up to the one named `name` (None: all of them)."""
+    if name is None:
+        return None
+    if name not in RUNG_NAMES:
+        raise RungError(f"No rung of the ladder is named {name!r}; the rungs are {', '.join(map(repr, RUNG_NAMES))}.")
+    return RUNG_NAMES.index(name) + 1
 
-    Returns a measurement per rung in order and the rungs skipped here, with the reason (ladder_here); a
-    skipped rung's entry is the rung above's measurement under its own recipe. isolate: as in measure();
-    the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
+
+class RungError(KeyError):
+    """A rung asked for by a name the ladder does not have, or one not measured here; the message says which."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class Rungs(list):
+    """run_ladder's measurements, in the ladder's order, addressed by rung name (RUNG_NAMES) as well as by
+    position: `rungs["+ 8-bit AdamW"]` is that rung, `rungs["+ 8-bit AdamW":"+ paged 8-bit AdamW"]` the rungs
+    from one to the other, both included, and `rungs["+ 8-bit AdamW":]` the rungs from it on. A rung skipped
+    here is not in the list: `skipped` says why."""
+
+    def __init__(self, measured, skipped: dict[str, str]):
+        super().__init__(measured)
+        self.skipped = skipped
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return super().__getitem__(self._position(key))
+        if isinstance(key, slice) and (isinstance(key.start, str) or isinstance(key.stop, str)):
+            start = self._position(key.start) if key.start is not None else None
+            stop = self._position(key.stop) + 1 if key.stop is not None else None
+            return super().__getitem__(slice(start, stop, key.step))
+        return super().__getitem__(key)
+
+    def _position(self, name: str) -> int:
+        """Where the rung named `name` is in the list; RungError when the ladder has none of that name or it was
+        not measured here."""
+        for i, m in enumerate(self):
+            if m.label == name:
+                return i
+        if name in self.skipped:
+            raise RungError(f"The rung {name!r} was not measured here: {self.skipped[name]}.")
+        _rungs_through(name)  # an unknown name says which names there are
+        raise RungError(f"The rung {name!r} was not measured: run_ladder stopped before it (through=).")
+
+
+def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
+               through: str | None = None, isolate: bool | None = None) -> tuple[Rungs, dict[str, str]]:
+    """Measure the chapter's ladder from `base`, one technique added per rung, up to the rung named `through`
+    (one of RUNG_NAMES; None: every rung).
+
+    Returns the measured rungs in order (Rungs: a list that also takes a rung's name) and {rung name: why} for
+    the rungs skipped here (ladder_here), which are not measured and not in the list. isolate: as in
+    measure(); the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
     tensor-level figures are the same and seven process start-ups would cost most of a minute.
     """
-    rungs, same = ladder_here(base, upto)
+    rungs, same = ladder_here(base, through)
     results = measure_all(rungs, store=store, force=force, progress=progress, isolate=isolate, skip=same,
                           desc="ladder")
-    out: list[Measurement] = []
-    for o in results:
-        out.append(o.measurement or Measurement(**{**out[-1].__dict__, "recipe": o.recipe.to_dict(), "cached": True}))
-    return out, results.skipped
+    skipped = {results[i].label: why for i, why in results.skipped.items()}
+    return Rungs(results.measured, skipped), skipped
 
 
 def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
     """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
-    changed = {f: getattr(rung, f) for f in ("precision", "micro_batch", "grad_accum", "optimizer",
-                                             "gradient_checkpointing", "load_in_4bit", "max_seq_length")
-               if getattr(rung, f) != getattr(before, f)}
+    changed = {f: getattr(rung, f) for f in LADDER_FIELDS if getattr(rung, f) != getattr(before, f)}
     if changed.get("precision") == "auto":
         return f"precision=auto is fp32 on {device}: same recipe as the rung above"
     if not changed:

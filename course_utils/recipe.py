@@ -30,11 +30,6 @@ BNB_OPTIMIZERS_PREFIXES = ("paged_", "adamw_8bit", "adamw_bnb", "lion_", "ademam
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
-# Fields added after reference results were shipped: at their defaults they are left out of a
-# recipe's key, so the keys (and the stored measurements) of older recipes stay valid.
-LATER_FIELDS = {"offload_embeddings": False, "liger_kernels": False, "torch_compile": False,
-                "offload_activations": False, "tf32": False, "lean_host": False}
-
 
 class RecipeError(ValueError):
     """A recipe knob has a value that cannot work; the message says which and what to do."""
@@ -53,55 +48,73 @@ def _real(v: Any) -> bool:
 @dataclass(frozen=True)
 class FieldRule:
     """What one Recipe field accepts: a test of one value and the words that say what is allowed (the error
-    reads '<field> must <allowed>, got <value>.'). FIELD_RULES holds one per field; validate() reads it."""
+    reads '<field> must <allowed>, got <value>.'), the field's help as `course` shows it, and whether it came
+    after reference results were shipped. FIELD_RULES holds one per field; validate() reads it."""
 
     ok: Any  # value -> bool
     allowed: str
     kind: str  # "bool", "whole", "number", "text", "choice", "names": what a flag or a form would read
+    help: str = ""  # the `course` command's help for its flag ("" for model and label, which have no derived flag)
+    later: bool = False  # added after results were shipped: at its default it is left out of a recipe's key
 
 
-def _rule_bool() -> FieldRule:
-    return FieldRule(lambda v: isinstance(v, bool), "be true or false (True/False; not a string or a number)", "bool")
+def _rule_bool(help: str, later: bool = False) -> FieldRule:
+    return FieldRule(lambda v: isinstance(v, bool), "be true or false (True/False; not a string or a number)", "bool",
+                     help, later)
 
 
-# One table of every Recipe field: its type and its range or choices. Recipe.validate() checks each field
-# against it before any process starts; the checks between fields (steps against warmup_steps, 4-bit
-# needs LoRA, the optimizer's name) follow in validate().
+# One table of every Recipe field: its type and its range or choices, its help, whether it came later. Recipe.validate()
+# checks each field against it before any process starts; the checks between fields (steps against warmup_steps,
+# 4-bit needs LoRA, the optimizer's name) follow in validate(). The techniques are in TECHNIQUES, below.
 FIELD_RULES: dict[str, FieldRule] = {
     "model": FieldRule(lambda v: isinstance(v, str) and bool(v.strip()),
                        "name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a local folder)", "text"),
-    "load_in_4bit": _rule_bool(),
-    "double_quant": _rule_bool(),
+    "load_in_4bit": _rule_bool("QLoRA: NF4 base weights through bitsandbytes"),
+    "double_quant": _rule_bool("quantize the 4-bit scales too (about 0.37 bits/param saved)"),
     "lora_r": FieldRule(lambda v: v is None or (_whole(v) and v > 0),
-                        "be a positive whole number or None (full fine-tune)", "whole"),
+                        "be a positive whole number or None (full fine-tune)", "whole",
+                        "LoRA rank, or 'none' for a full fine-tune"),
     "lora_alpha": FieldRule(lambda v: _real(v) and v > 0,
                             "be a finite number above 0 (the chapter uses 32: the update is scaled by alpha / r)",
-                            "number"),
+                            "number", "LoRA scaling numerator (the update is scaled by alpha / r)"),
     "lora_dropout": FieldRule(lambda v: _real(v) and 0 <= v < 1,
-                              "be at least 0 and below 1 (the chapter uses 0.05)", "number"),
+                              "be at least 0 and below 1 (the chapter uses 0.05)", "number",
+                              "dropout on the LoRA input, at least 0 and below 1"),
     "lora_targets": FieldRule(lambda v: isinstance(v, tuple) and all(isinstance(t, str) and t for t in v),
-                              "be module names such as 'q_proj'", "names"),
-    "precision": FieldRule(lambda v: isinstance(v, str) and v in PRECISIONS, f"be one of {PRECISIONS}", "choice"),
-    "gradient_checkpointing": _rule_bool(),
-    "micro_batch": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
-    "grad_accum": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
+                              "be module names such as 'q_proj'", "names", "the modules LoRA adapts, comma-separated"),
+    "precision": FieldRule(lambda v: isinstance(v, str) and v in PRECISIONS, f"be one of {PRECISIONS}", "choice",
+                           "auto picks bf16 / fp16 / fp32 from the hardware"),
+    "gradient_checkpointing": _rule_bool("keep only each layer's input and recompute the rest in the backward"),
+    "micro_batch": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+                             "sequences per forward and backward (per_device_train_batch_size)"),
+    "grad_accum": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+                            "micro-batches per optimizer step (gradient_accumulation_steps)"),
     "optimizer": FieldRule(lambda v: isinstance(v, str) and bool(v),
                            "be an optimizer name such as 'adamw_torch' (any name in transformers' OptimizerNames)",
-                           "text"),
-    "max_seq_length": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
-    "steps": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole"),
-    "warmup_steps": FieldRule(lambda v: _whole(v) and v >= 0, "be a whole number, 0 or more", "whole"),
+                           "text", "adamw_torch, adamw_8bit, paged_adamw_8bit, ... (any name in transformers' "
+                           "OptimizerNames)"),
+    "max_seq_length": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+                                "max sequence length (sequences are packed to exactly this many tokens)"),
+    "steps": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+                       "optimizer steps per recipe: warm-up, 1 tracked for memory, the rest timed"),
+    "warmup_steps": FieldRule(lambda v: _whole(v) and v >= 0, "be a whole number, 0 or more", "whole",
+                              "steps before the tracked one, left out of tokens/s and of the peak"),
     "learning_rate": FieldRule(lambda v: _real(v) and v > 0,
-                               "be a positive, finite number (the chapter uses 2e-4)", "number"),
+                               "be a positive, finite number (the chapter uses 2e-4)", "number",
+                               "learning rate (the chapter's is 2e-4)"),
     "seed": FieldRule(lambda v: _whole(v) and 0 <= v < 2**32,
-                      "be a whole number from 0 to 2**32 - 1 (numpy's range)", "whole"),
-    "prepare_kbit": _rule_bool(),
-    "offload_embeddings": _rule_bool(),
-    "liger_kernels": _rule_bool(),
-    "torch_compile": _rule_bool(),
-    "offload_activations": _rule_bool(),
-    "tf32": _rule_bool(),
-    "lean_host": _rule_bool(),
+                      "be a whole number from 0 to 2**32 - 1 (numpy's range)", "whole",
+                      "random seed of the data order and the LoRA initialization, 0 to 2**32 - 1"),
+    "prepare_kbit": _rule_bool("peft's prepare_model_for_kbit_training on 4-bit models (the fp32 upcast)"),
+    "offload_embeddings": _rule_bool("keep the input embedding table in CPU memory and look tokens up there",
+                                     later=True),
+    "liger_kernels": _rule_bool("Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)", later=True),
+    "torch_compile": _rule_bool("compile the model with torch.compile", later=True),
+    "offload_activations": _rule_bool("trl's activation offloading: saved activations wait in CPU memory (CUDA only)",
+                                      later=True),
+    "tf32": _rule_bool("fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)", later=True),
+    "lean_host": _rule_bool("no host-GPU waits inside a micro-batch: trl's metrics read once per log, no NaN gate",
+                            later=True),
     "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
 }
 
@@ -220,32 +233,8 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:
-        """One short line a learner can read: the techniques this recipe uses."""
-        parts = []
-        if self.load_in_4bit:
-            parts.append("4-bit NF4" + (" +DQ" if self.double_quant else ""))
-        parts.append(f"LoRA r={self.lora_r}" if self.uses_lora else "full FT")
-        parts.append(self.precision)
-        if self.gradient_checkpointing:
-            parts.append("ckpt")
-        parts.append(f"{self.micro_batch}x{self.grad_accum}")
-        parts.append(self.optimizer)
-        parts.append(f"seq {self.max_seq_length}")
-        if self.load_in_4bit and not self.prepare_kbit:
-            parts.append("no fp32 upcast")
-        if self.offload_embeddings:
-            parts.append("embeddings on CPU")
-        if self.liger_kernels:
-            parts.append("Liger")
-        if self.torch_compile:
-            parts.append("compiled")
-        if self.offload_activations:
-            parts.append("activations on CPU")
-        if self.tf32:
-            parts.append("TF32")
-        if self.lean_host:
-            parts.append("lean host")
-        return ", ".join(parts)
+        """One short line a learner can read: the techniques this recipe uses (TECHNIQUES, in order)."""
+        return ", ".join(part for part in (t.part(self) for t in TECHNIQUES) if part)
 
     @property
     def name(self) -> str:
@@ -271,35 +260,6 @@ class Recipe:
         if self.uses_lora and not self.lora_targets:
             raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
         _check_optimizer(self.optimizer)
-
-
-# Each knob's help as the `course` command shows it (course_utils/cli_recipe.py derives the flags from the
-# fields; `model` and `label` are not derived, so they have none here).
-FIELD_HELP = {
-    "load_in_4bit": "QLoRA: NF4 base weights through bitsandbytes",
-    "double_quant": "quantize the 4-bit scales too (about 0.37 bits/param saved)",
-    "lora_r": "LoRA rank, or 'none' for a full fine-tune",
-    "lora_alpha": "LoRA scaling numerator (the update is scaled by alpha / r)",
-    "lora_dropout": "dropout on the LoRA input, at least 0 and below 1",
-    "lora_targets": "the modules LoRA adapts, comma-separated",
-    "precision": "auto picks bf16 / fp16 / fp32 from the hardware",
-    "gradient_checkpointing": "keep only each layer's input and recompute the rest in the backward",
-    "micro_batch": "sequences per forward and backward (per_device_train_batch_size)",
-    "grad_accum": "micro-batches per optimizer step (gradient_accumulation_steps)",
-    "optimizer": "adamw_torch, adamw_8bit, paged_adamw_8bit, ... (any name in transformers' OptimizerNames)",
-    "max_seq_length": "max sequence length (sequences are packed to exactly this many tokens)",
-    "steps": "optimizer steps per recipe: warm-up, 1 tracked for memory, the rest timed",
-    "warmup_steps": "steps before the tracked one, left out of tokens/s and of the peak",
-    "learning_rate": "learning rate (the chapter's is 2e-4)",
-    "seed": "random seed of the data order and the LoRA initialization, 0 to 2**32 - 1",
-    "prepare_kbit": "peft's prepare_model_for_kbit_training on 4-bit models (the fp32 upcast)",
-    "offload_embeddings": "keep the input embedding table in CPU memory and look tokens up there",
-    "liger_kernels": "Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)",
-    "torch_compile": "compile the model with torch.compile",
-    "offload_activations": "trl's activation offloading: saved activations wait in CPU memory (CUDA only)",
-    "tf32": "fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)",
-    "lean_host": "no host-GPU waits inside a micro-batch: trl's metrics read once per log, no NaN gate",
-}
 
 
 def known_optimizers() -> list[str]:
@@ -328,17 +288,86 @@ def _check_optimizer(name: str) -> None:
         )
 
 
-# The chapter's ladder on any model: start from a plain LoRA baseline, add one technique per rung.
-LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("baseline (LoRA, fp32)", {}),
-    ("+ gradient checkpointing", {"gradient_checkpointing": True}),
-    ("+ accumulation (micro-batch 1)", {"micro_batch": 1, "grad_accum": 4}),
-    ("+ 8-bit AdamW", {"optimizer": "adamw_8bit"}),
-    ("+ paged 8-bit AdamW", {"optimizer": "paged_adamw_8bit"}),
-    ("+ mixed precision", {"precision": "auto"}),
-    ("+ 4-bit QLoRA (NF4, double quant)", {"load_in_4bit": True}),
-    ("+ shorter sequences", {"max_seq_length": 128}),
+@dataclass(frozen=True)
+class Technique:
+    """One row of TECHNIQUES: a technique the course teaches, or a setting describe() names (LoRA or full FT).
+    The lists of knob names elsewhere are derived from these rows: the ladder (LADDER_STEPS), describe(), the
+    `course` command's flags (cli_recipe), the steps of the path (show/path.py), the rung comparison
+    (measure.ladder_here), the planner's knobs (estimate/plan.py), notebook 08's exercise knobs and
+    library_map's toggles. Adding a technique: its Recipe field with its FIELD_RULES entry, one row here, and
+    its build code (build.py), plus the estimator's terms when it changes the memory."""
+
+    fields: tuple[str, ...]  # the Recipe fields it sets; a change of any of them is one technique (a path step)
+    short: str  # its short name: describe()'s words when it is on, the planner's name for it
+    where: str = "ladder"  # "ladder": the chapter's; "beyond": notebook 08's; "setup": not a technique (LoRA/full)
+    rungs: tuple = ()  # its rungs on the chapter's ladder: ((place, label, changes), ...); changes: a dict, or
+    #                    a function of the rung above that returns one; the ladder sorts the rungs by place
+    show: Any = None  # recipe -> describe()'s words for it ("" for none); default: `short` when it is on
+    memory: str = ""  # "": the estimator models its memory (a `course estimate` flag); else why it does not
+    planner: bool = False  # the planner may add it to a 4-bit bf16 recipe (estimate/plan.py's TUNINGS)
+    needs: tuple = ()  # ((field, value), ...) it needs to mean anything: prepare_kbit acts on 4-bit recipes only
+
+    @property
+    def default(self) -> Any:
+        """Its first field's default: the technique off."""
+        return _DEFAULTS[self.fields[0]]
+
+    @property
+    def on_value(self) -> Any:
+        """The value that turns it on: the other one of a bool field's two."""
+        return not self.default
+
+    def on(self, r: "Recipe") -> bool:
+        """True when `r` uses it: its first field is away from the default, and what it needs is there."""
+        return getattr(r, self.fields[0]) != self.default and \
+            all(getattr(r, name) == value for name, value in self.needs)
+
+    def part(self, r: "Recipe") -> str:
+        """describe()'s words for it on `r` ("" when it says nothing)."""
+        return self.show(r) if self.show is not None else (self.short if self.on(r) else "")
+
+
+def _half_sequence(r: Recipe) -> dict:
+    """The shorter-sequences rung: half the rung above's length (16 at least)."""
+    return {"max_seq_length": max(16, r.max_seq_length // 2)}
+
+
+def _all_in_accumulation(r: Recipe) -> dict:
+    """The accumulation rung: micro-batch 1, the same sequences per optimizer step as the rung above."""
+    return {"micro_batch": 1, "grad_accum": r.micro_batch * r.grad_accum}
+
+
+# In describe()'s order; the ladder's order is its rungs' places.
+_SPEED = "the memory does not change"
+TECHNIQUES: tuple[Technique, ...] = (
+    Technique(("load_in_4bit", "double_quant"), "4-bit NF4", rungs=((6, "+ 4-bit QLoRA (NF4, double quant)",
+                                                                       {"load_in_4bit": True}),),
+              show=lambda r: ("4-bit NF4" + (" +DQ" if r.double_quant else "")) if r.load_in_4bit else ""),
+    Technique(("lora_r",), "LoRA", "setup", show=lambda r: f"LoRA r={r.lora_r}" if r.uses_lora else "full FT"),
+    Technique(("precision",), "mixed precision", rungs=((5, "+ mixed precision", {"precision": "auto"}),),
+              show=lambda r: r.precision),
+    Technique(("gradient_checkpointing",), "ckpt",
+              rungs=((1, "+ gradient checkpointing", {"gradient_checkpointing": True}),)),
+    Technique(("micro_batch", "grad_accum"), "accumulation",
+              rungs=((2, "+ accumulation (micro-batch 1)", _all_in_accumulation),),
+              show=lambda r: f"{r.micro_batch}x{r.grad_accum}"),
+    Technique(("optimizer",), "optimizer", rungs=((3, "+ 8-bit AdamW", {"optimizer": "adamw_8bit"}),
+                                                  (4, "+ paged 8-bit AdamW", {"optimizer": "paged_adamw_8bit"})),
+              show=lambda r: r.optimizer),
+    Technique(("max_seq_length",), "seq", rungs=((7, "+ shorter sequences", _half_sequence),),
+              show=lambda r: f"seq {r.max_seq_length}"),
+    Technique(("prepare_kbit",), "no fp32 upcast", "beyond", planner=True, needs=(("load_in_4bit", True),)),
+    Technique(("offload_embeddings",), "embeddings on CPU", "beyond", planner=True),
+    Technique(("liger_kernels",), "Liger", "beyond", planner=True),
+    Technique(("torch_compile",), "compiled", "beyond",
+              memory="a speed knob the estimator does not model: its answer would not change"),
+    Technique(("offload_activations",), "activations on CPU", "beyond"),
+    Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}"),
+    Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
 )
+BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
+_RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])
+LADDER_FIELDS = tuple(name for t in TECHNIQUES if t.rungs for name in t.fields)  # what the rungs may set
 
 
 def ladder(base: Recipe | None = None) -> list[Recipe]:
@@ -351,14 +380,9 @@ def ladder(base: Recipe | None = None) -> list[Recipe]:
 def _ladder(_key: str, recipe: Recipe) -> tuple[Recipe, ...]:
     """ladder()'s rungs, built once per base: facts.py asks for the same ladders for every figure it renders. A
     Recipe is frozen; `_key`, its repr, keeps bases that are == but not the same (1 and 1.0) apart."""
-    rungs = []
-    for label, changes in LADDER_STEPS:
-        if "max_seq_length" in changes:
-            changes = {"max_seq_length": max(16, recipe.max_seq_length // 2)}
-        if "grad_accum" in changes:
-            changes = {"micro_batch": 1, "grad_accum": recipe.micro_batch * recipe.grad_accum}
-        recipe = recipe.with_(**changes, label=label)
-        rungs.append(recipe)
+    rungs = [recipe.with_(label=BASELINE)]
+    for _, label, changes in _RUNGS:
+        rungs.append(rungs[-1].with_(**(changes(rungs[-1]) if callable(changes) else changes), label=label))
     return tuple(rungs)
 
 
@@ -385,3 +409,13 @@ def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
 
 _FIELDS = dataclasses.fields(Recipe)
 assert set(FIELD_RULES) == {f.name for f in _FIELDS}, "every Recipe field needs its rule in FIELD_RULES"
+_DEFAULTS = {f.name: f.default for f in _FIELDS}
+# Derived from FIELD_RULES: the flags' help, and the fields added after reference results were shipped (at their
+# defaults they are left out of a recipe's key, so the keys and stored measurements of older recipes stay valid).
+FIELD_HELP = {name: rule.help for name, rule in FIELD_RULES.items() if rule.help}
+LATER_FIELDS = {name: _DEFAULTS[name] for name, rule in FIELD_RULES.items() if rule.later}
+# Derived from TECHNIQUES: the chapter's ladder on any model, (label, changes) per rung, as on Recipe()'s sizes.
+LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
+    (r.label, {k: v for k, v in r.to_dict().items() if k != "label" and v != above.to_dict()[k]})
+    for above, r in zip((Recipe(),) + tuple(ladder()), ladder()))
+RUNG_NAMES = tuple(label for label, _ in LADDER_STEPS)  # how a notebook names a rung: run_ladder(base, through=...)

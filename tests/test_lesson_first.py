@@ -145,7 +145,7 @@ def test_predict_takes_the_estimators_figure_and_refuses_a_guess_that_is_not_a_n
     from course_utils.measure import ladder_here
     from course_utils.recipe import base_recipe_for
 
-    rungs, _ = ladder_here(base_recipe_for("tiny", "cpu"), upto=2)
+    rungs, _ = ladder_here(base_recipe_for("tiny", "cpu"), through="+ gradient checkpointing")
     p = predict(None, rungs[0], rungs[1], "activations", "Activations saved by checkpointing")
     before, after = (estimate_for(r).by_category["activations"] / MiB for r in rungs)
     assert p.estimate == pytest.approx(before - after) and p.estimate > 0 and p.guess is None

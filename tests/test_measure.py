@@ -279,11 +279,18 @@ def test_run_ladder_and_sweep_sit_on_measure_all(measured_here, tiny_model):
     base = Recipe(steps=3, warmup_steps=1, micro_batch=2, max_seq_length=64, label="baseline")
     rungs, same = measure_mod.ladder_here(base)
     ladder, skipped = measure_mod.run_ladder(base, progress=False)
-    assert skipped == same and same and len(ladder) == len(rungs)  # on a CPU, mixed precision is the rung above
-    assert [m.label for m in ladder] == [r.name for r in rungs]
-    for i in same:  # a skipped rung: the rung above's figures under its own recipe
-        assert ladder[i].cached and ladder[i].peak_bytes == ladder[i - 1].peak_bytes
-    assert len(measured_here) == len(rungs) - len(same)
+    assert same and skipped == {rungs[i].name: why for i, why in same.items()}  # on a CPU, mixed precision
+    assert [m.label for m in ladder] == [r.name for i, r in enumerate(rungs) if i not in same]  # a skip: no copy
+    assert len(measured_here) == len(ladder) == len(rungs) - len(same)
+    assert ladder["+ 8-bit AdamW"] is ladder[3] and ladder["+ 8-bit AdamW"].recipe["optimizer"] == "adamw_8bit"
+    assert ladder["+ accumulation (micro-batch 1)":"+ paged 8-bit AdamW"] == ladder[2:5]
+    assert ladder["+ 8-bit AdamW":] == ladder[3:] and ladder[:"+ 8-bit AdamW"] == ladder[:4]
+    with pytest.raises(measure_mod.RungError, match="not measured here: precision=auto is fp32"):
+        ladder["+ mixed precision"]
+    first, _ = measure_mod.run_ladder(base, progress=False, through="+ gradient checkpointing")
+    assert [m.label for m in first] == ["baseline (LoRA, fp32)", "+ gradient checkpointing"]
+    with pytest.raises(measure_mod.RungError, match=r"No rung of the ladder is named '\+ ckpt'; the rungs are 'base"):
+        measure_mod.run_ladder(base, through="+ ckpt")
     points = measure_mod.sweep(base, "max_seq_length", (16, 32), progress=False)
     assert [m.label for m in points] == ["max_seq_length=16", "max_seq_length=32"]
 

@@ -15,7 +15,9 @@ from course_utils.show import plots  # noqa: E402
 from course_utils.common import GiB
 from course_utils.machine import PROFILES  # noqa: E402
 from course_utils.show.placement import overlaps  # noqa: E402
-from course_utils.show.plots import ladder_figure, memory_breakdown, memory_curves, memory_vs_speed, technique_figure
+from course_utils.show import charts  # noqa: E402
+from course_utils.show.charts import memory_breakdown, memory_curves  # noqa: E402
+from course_utils.show.plots import ladder_figure, memory_vs_speed, technique_figure
 from course_utils.recipe import Recipe  # noqa: E402
 from course_utils.common import MiB
 from course_utils.results import Measurement, reference_results  # noqa: E402
@@ -189,9 +191,9 @@ def test_figures_fit_jupyterlab_at_full_size_with_readable_text(kind, measuremen
     sweep = {"no checkpointing": [make(f"seq={v}", v, 1000.0, max_seq_length=v) for v in (64, 128, 256)]}
     fig = {"technique": lambda: technique_figure(t4_ladder[:3], h200[:3]),
            "ladder": lambda: ladder_figure(t4_ladder, h200),
-           "breakdown": lambda: plots.breakdown_figure(measurements[:2], h200[:2]),
-           "curves": lambda: plots.curves_figure({"max_seq_length": sweep, "micro_batch": sweep}),
-           "loss": lambda: plots.loss_figure(measurements, h200[:2]),
+           "breakdown": lambda: charts.breakdown_figure(measurements[:2], h200[:2]),
+           "curves": lambda: charts.curves_figure({"max_seq_length": sweep, "micro_batch": sweep}),
+           "loss": lambda: charts.loss_figure(measurements, h200[:2]),
            "speed only": lambda: memory_vs_speed(measurements).figure}[kind]()
     fig.canvas.draw()
     assert fig.get_size_inches()[0] <= 10 and fig.get_size_inches()[0] * fig.dpi <= 1000

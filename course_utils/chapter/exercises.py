@@ -38,7 +38,7 @@ from course_utils.common import GiB, MiB
 from course_utils.estimate import EstimateError, estimate, load_config
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
 from course_utils.machine import HardwareError, get_hardware
-from course_utils.recipe import Recipe, RecipeError
+from course_utils.recipe import TECHNIQUES, Recipe, RecipeError
 from course_utils.show.tables import wrap
 
 REFERENCE_MODEL = "llama-3.1-8b"
@@ -193,8 +193,9 @@ def _saving(r: Recipe, hw: str) -> tuple:
 
 
 # --- 09: the chapter's "7B on 6GB", with notebook 09's changes --------------------------------------------
-BEYOND_KNOBS = {"prepare_kbit", "offload_embeddings", "liger_kernels", "offload_activations", "torch_compile",
-                "micro_batch", "grad_accum"}
+# what an answer may change: notebook 09's techniques (recipe.TECHNIQUES), and another micro-batch at the same
+# sequences per step
+BEYOND_KNOBS = {name for t in TECHNIQUES if t.where == "beyond" for name in t.fields} | {"micro_batch", "grad_accum"}
 
 
 def claim_bytes() -> tuple[str, int]:

@@ -2,7 +2,8 @@
 
 Each field is set to another value on a base recipe, and the library objects of the two recipes are compared
 argument by argument: what changes is what that field means to transformers, peft, trl and bitsandbytes.
-Nothing here is written by hand but the values tried (TOGGLES); a test holds that every field has one.
+Nothing here is written by hand but the values tried (TOGGLES: a technique's field is turned on, others are tried
+by hand); a test holds that every field has one.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import textwrap
 from typing import Any
 
 from course_utils import build
-from course_utils.recipe import Recipe
+from course_utils.recipe import TECHNIQUES, Recipe
 
-# (field, value tried, changes to the base that the field needs to mean anything)
+# (field, value tried, changes to the base that the field needs to mean anything): the values tried by hand, then
+# each other technique's field (recipe.TECHNIQUES) turned on, on a base that has what it needs
 FOUR_BIT = {"load_in_4bit": True}
-TOGGLES: tuple[tuple[str, Any, dict], ...] = (
+_TRIED: tuple[tuple[str, Any, dict], ...] = (
     ("load_in_4bit", True, {}),
     ("double_quant", False, FOUR_BIT),
     ("prepare_kbit", False, FOUR_BIT),
@@ -38,13 +40,10 @@ TOGGLES: tuple[tuple[str, Any, dict], ...] = (
     ("warmup_steps", 1, {}),
     ("learning_rate", 1e-4, {}),
     ("seed", 1, {}),
-    ("offload_embeddings", True, {}),
-    ("liger_kernels", True, {}),
-    ("torch_compile", True, {}),
-    ("offload_activations", True, {}),
-    ("tf32", True, {}),
-    ("lean_host", True, {}),
 )
+TOGGLES: tuple[tuple[str, Any, dict], ...] = _TRIED + tuple(
+    (t.fields[0], t.on_value, dict(t.needs)) for t in TECHNIQUES
+    if t.fields[0] not in {field for field, _, _ in _TRIED})
 NOT_TOGGLED = {"model": "the model id: from_pretrained's first argument", "label": "a display name"}
 BASE = Recipe(model="llama-3.1-8b")
 BASE_TEXT = "Recipe() (LoRA r=16, fp32, no checkpointing, 4 x 1, adamw_torch, sequence 256)"

@@ -12,6 +12,7 @@ exists; otherwise a stated model built on those runs (see "speed" below). Every 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import statistics
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from course_utils.common import GiB
 from course_utils.estimate import Estimate, estimate, model_shapes, same_setup
-from course_utils.recipe import DEFAULT_TARGETS, Recipe
+from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe
 from course_utils.results import all_reference_results, reference_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -66,13 +67,16 @@ def needed_bytes(e: Estimate) -> int:
     return int(e.peak_bytes * MARGIN_FACTOR + MARGIN_GIB * GiB)
 
 
-# Beyond the chapter (notebook 09): for 4-bit recipes in bf16, no fp32 upcast, then embeddings on CPU
-# and Liger kernels. Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
+# Beyond the chapter (notebook 09): for 4-bit recipes in bf16, the techniques the planner may pick
+# (recipe.TECHNIQUES' `planner`): no fp32 upcast, then with it every combination of the others (embeddings on
+# CPU, Liger kernels). Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
 # and none of these was measured on a T4.
-TUNINGS = ({}, {"prepare_kbit": False}, {"prepare_kbit": False, "offload_embeddings": True},
-           {"prepare_kbit": False, "liger_kernels": True},
-           {"prepare_kbit": False, "offload_embeddings": True, "liger_kernels": True})
-TUNING_KNOBS = ("prepare_kbit", "offload_embeddings", "liger_kernels")
+_TUNERS = tuple(t for t in TECHNIQUES if t.planner)
+TUNING_KNOBS = tuple(t.fields[0] for t in _TUNERS)
+_BEYOND = tuple(t for t in TECHNIQUES if t.where == "beyond")
+_FIRST, *_OTHERS = ({t.fields[0]: t.on_value} for t in _TUNERS)
+TUNINGS = ({},) + tuple(dict(_FIRST, **{k: v for change in combo for k, v in change.items()})
+                        for n in range(len(_OTHERS) + 1) for combo in itertools.combinations(_OTHERS, n))
 
 
 def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned: bool = True) -> list[Recipe]:
@@ -96,8 +100,7 @@ def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned
 
 def is_tuned(r: Recipe) -> bool:
     """True when a recipe uses a change beyond the chapter's techniques."""
-    return (r.load_in_4bit and not r.prepare_kbit) or r.offload_embeddings or r.liger_kernels \
-        or r.torch_compile or r.offload_activations
+    return any(t.on(r) for t in _BEYOND)
 
 
 def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
@@ -108,7 +111,7 @@ def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
     factor, parts = 1.0, []
     current = recipe
     for knob in reversed(TUNING_KNOBS):
-        default = knob == "prepare_kbit"
+        default = _TUNING_DEFAULT[knob]
         if getattr(current, knob) == default:
             continue
         before = current.with_(**{knob: default})
@@ -135,8 +138,8 @@ def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
     return same_setup(a, b, ignore=("micro_batch", "grad_accum", "optimizer"))
 
 
-_TUNING_SHORT = {"prepare_kbit": "no fp32 upcast", "offload_embeddings": "embeddings on CPU",
-                 "liger_kernels": "Liger"}
+_TUNING_SHORT = {t.fields[0]: t.short for t in _TUNERS}
+_TUNING_DEFAULT = {t.fields[0]: t.default for t in _TUNERS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,11 +227,11 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
         return Speed(twin.tokens_per_s, f"measured with {twin.recipe['optimizer']} ({twin.label})", False)
     if is_tuned(recipe):  # the same recipe without the changes, times their measured factors
         factor, parts = tuning_factor(recipe, usable)
-        plain = recipe.with_(**{k: k == "prepare_kbit" for k in TUNING_KNOBS})
+        plain = recipe.with_(**{t.fields[0]: t.default for t in _BEYOND})
         base = speed_of(plain, [m for m in usable if not is_tuned(m.recipe_obj)])
         if base.tokens_per_s is None:
             return base
-        return Speed(base.tokens_per_s * factor, f"{base.basis} without the changes; " + "; ".join(parts), False)
+        return Speed(base.tokens_per_s * factor, f"{base.basis} without the changes" + "".join("; " + p for p in parts), False)
     usable = [m for m in usable if not is_tuned(m.recipe_obj)]
     pool = [m for m in usable if m.recipe["model"] == recipe.model and m.recipe["precision"] == "bf16"]
     scale, via = 1.0, ""

@@ -1,7 +1,7 @@
 """The path of "adding one technique" on the memory-against-speed figure (plots.py): which of this run's
 points are its steps, and how an arrow that runs back along an earlier one is bent.
 
-A step adds one technique to the step before it: one of TECHNIQUES changed and nothing else. A point that
+A step adds one technique to the step before it: one of STEPS changed and nothing else. A point that
 is not one (a full fine-tune, the source recipe, a planner's pick) is drawn on its own, and no arrow ends there.
 """
 
@@ -10,16 +10,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from course_utils.recipe import Recipe
+from course_utils.recipe import TECHNIQUES, Recipe
 from course_utils.results import Measurement
 
-# What one step of the path may change: one of these groups of Recipe fields, or the processes training
-# together (notebook 11's DDP). A point that changes more than one of them, or anything else (the model,
-# LoRA for a full fine-tune, the steps, the learning rate), does not add one technique: it is not a step.
-TECHNIQUES = (("load_in_4bit", "double_quant"), ("precision",), ("gradient_checkpointing",),
-              ("micro_batch", "grad_accum"), ("optimizer",), ("max_seq_length",), ("prepare_kbit",),
-              ("offload_embeddings",), ("liger_kernels",), ("torch_compile",), ("offload_activations",), ("tf32",),
-              ("lean_host",), ("gpus", "strategy"))
+# What one step of the path may change: the Recipe fields of one technique (recipe.TECHNIQUES), or the
+# processes training together (notebook 11's DDP). A point that changes more than one of them, or anything else
+# (the model, LoRA for a full fine-tune, the steps, the learning rate), does not add one technique: not a step.
+STEPS = tuple(t.fields for t in TECHNIQUES if t.where != "setup") + (("gpus", "strategy"),)
 _SETUP = tuple(f.name for f in dataclasses.fields(Recipe) if f.name != "label") + ("gpus", "strategy")
 
 
@@ -33,10 +30,10 @@ def _setup(m: Measurement) -> dict:
 
 
 def one_technique(before: Measurement, after: Measurement) -> bool:
-    """True when `after` differs from `before` in exactly one technique (TECHNIQUES) and in nothing else."""
+    """True when `after` differs from `before` in exactly one technique (STEPS) and in nothing else."""
     a, b = _setup(before), _setup(after)
     changed = {name for name in _SETUP if a[name] != b[name]}
-    groups = [g for g in TECHNIQUES if changed & set(g)]
+    groups = [g for g in STEPS if changed & set(g)]
     return len(groups) == 1 and changed <= set(groups[0])
 
 

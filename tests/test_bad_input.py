@@ -212,7 +212,7 @@ def test_a_hub_that_never_answers_is_not_reachable(silent_hub):
 
 
 def test_course_env_says_the_hub_did_not_answer(silent_hub):
-    from course_utils.cli import env_report
+    from course_utils.cli_env import env_report
 
     text, _ = env_report()
     hub = [line for line in text.splitlines() if "hub access" in line]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_utils import machine as hardware
-from course_utils import cli
+from course_utils import cli, cli_env
 from course_utils.machine import HardwareError, resolve_precision
 
 needs_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path of this machine")
@@ -177,7 +177,7 @@ def test_machine_describes_this_machine():
 
 
 def test_env_report_has_ok_lines_and_the_device():
-    text, ok = cli.env_report()
+    text, ok = cli_env.env_report()
     assert ok is True
     assert hardware.device_name() in text
     assert "[FAIL]" not in text
@@ -189,8 +189,8 @@ def test_env_report_has_ok_lines_and_the_device():
 
 
 def test_env_report_fails_without_bitsandbytes(monkeypatch):
-    monkeypatch.setattr(cli, "bitsandbytes_status", lambda: (False, "simulated failure"))
-    text, ok = cli.env_report()
+    monkeypatch.setattr(cli_env, "bitsandbytes_status", lambda: (False, "simulated failure"))
+    text, ok = cli_env.env_report()
     assert ok is False
     assert any(line.startswith("[FAIL]") and "simulated failure" in line for line in text.splitlines())
 
@@ -198,14 +198,14 @@ def test_env_report_fails_without_bitsandbytes(monkeypatch):
 def test_env_report_fails_on_a_missing_package(monkeypatch):
     real = hardware.versions
     monkeypatch.setattr(hardware, "versions", lambda: real() | {"peft": "missing"})
-    text, ok = cli.env_report()
+    text, ok = cli_env.env_report()
     assert ok is False
     assert "[FAIL] peft installed (missing)" in text
 
 
 def test_missing_bf16_is_only_a_warning(monkeypatch):
     monkeypatch.setattr(hardware, "bf16_supported", lambda: False)
-    text, ok = cli.env_report()
+    text, ok = cli_env.env_report()
     assert ok is True
     assert "[WARN] native bf16" in text
 
@@ -258,11 +258,11 @@ def test_requires_python_is_what_the_pinned_stack_needs():
 def test_env_report_names_the_widget_packages_and_a_hub_check_that_can_fail(monkeypatch):
     from course_utils import data
 
-    for name in cli.NOTEBOOK_STACK:
-        assert name in cli.env_report()[0]
+    for name in cli_env.NOTEBOOK_STACK:
+        assert name in cli_env.env_report()[0]
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(data, "hub_reachable", lambda timeout=2.0: False)
-    text, _ = cli.env_report()
+    text, _ = cli_env.env_report()
     assert "[WARN] hub access: huggingface.co does not answer" in text
 
 

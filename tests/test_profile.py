@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from course_utils import machine as hardware
-from course_utils import cli
+from course_utils import cli, cli_env
 from course_utils.common import GiB
 from course_utils.machine import HardwareError
 
@@ -46,7 +46,7 @@ def test_profile_is_off_without_a_gpu_and_says_so(monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "t4")
     assert hardware.active_profile() is None
     assert hardware.resolve_precision("auto") == "fp32"
-    assert "no CUDA GPU here" in cli.profile_lines()[0]
+    assert "no CUDA GPU here" in cli_env.profile_lines()[0]
 
 
 def test_unknown_profile_is_a_clear_error(monkeypatch):
@@ -71,7 +71,7 @@ def test_cap_counts_the_whole_card():
 
 def test_profile_report_names_what_it_cannot_emulate(fake_h200, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "t4")
-    lines = cli.profile_lines()
+    lines = cli_env.profile_lines()
     assert "T4 profile" in lines[0] and "14.75 GiB for the whole card" in lines[0] and "flash attention off" in lines[0]
     assert "cannot emulate" in lines[1] and "speed" in lines[1]
 

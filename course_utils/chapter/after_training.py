@@ -27,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils import machine
-from course_utils.build import build
+from course_utils.build import build, load_model
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB
+from course_utils.data import corpus_text, format_prompt, load_shipped
 from course_utils.machine import HardwareError, release_memory
 from course_utils.models import ModelUnavailableError, no_progress_bars, uses_shipped_data
 from course_utils.recipe import Recipe, RecipeError
@@ -116,7 +117,6 @@ def check_adapter(folder: str | os.PathLike) -> Path:
 def instruction_prompt(record) -> str:
     """A record as the training text shows it, up to and including '### Response:' and its newline: the
     instruction (and context), with the response left open for the model to write."""
-    from course_utils.data import format_prompt
 
     return format_prompt({**dict(record), "response": ""})
 
@@ -124,7 +124,6 @@ def instruction_prompt(record) -> str:
 def data_prompts(n: int = 3) -> list[dict]:
     """The first record of each of the first n categories of the shipped data (8 at most), as
     {prompt, response}: prompt + response is that record's training text."""
-    from course_utils.data import load_shipped
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise AdapterError(f"n must be a positive number of prompts, got {n!r}.")
@@ -139,7 +138,6 @@ def data_prompts(n: int = 3) -> list[dict]:
 
 def load_base(base: str, load_in_4bit: bool, precision: str = "auto"):
     """The base model as a recipe loads it (build.load_model), in eval mode with its KV cache on."""
-    from course_utils.build import load_model
 
     recipe = Recipe(model=base, load_in_4bit=load_in_4bit, precision=precision)
     with no_progress_bars():
@@ -179,7 +177,6 @@ def response_loss(model, tokenizer, records: list[dict]) -> float | None:
 def frequent_tokens(tokenizer, top: int = FREQUENT_TOP) -> tuple[set[int], float]:
     """The `top` most common token ids of the shipped training text under this tokenizer, and the share of
     all its tokens they make up (what a model that only learned the data's token frequencies would hit)."""
-    from course_utils.data import corpus_text
 
     counts = Counter(i for ids in tokenizer(corpus_text(), add_special_tokens=False)["input_ids"] for i in ids)
     common = counts.most_common(top)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
-import functools
 import html
 import re
 from dataclasses import dataclass

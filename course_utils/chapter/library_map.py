@@ -144,13 +144,11 @@ def changes(before, after) -> list[str]:
 
 def rows() -> list[tuple[str, str, list[str]]]:
     """(field, value tried, what changes in the libraries' arguments) for every toggle, from BASE."""
-    from course_utils.build import library_objects
-
     out = []
     for field, value, needs in TOGGLES:
         base = BASE.with_(**needs)
-        before = library_objects(base, output_dir="out", fsdp=False)
-        after = library_objects(base.with_(**{field: value}), output_dir="out", fsdp=False)
+        before = build.library_objects(base, output_dir="out", fsdp=False)
+        after = build.library_objects(base.with_(**{field: value}), output_dir="out", fsdp=False)
         tried = f"`{show(value)}`" + (" (on a 4-bit recipe)" if needs else "")
         out.append((field, tried, changes(before, after) or ["none: the course's own measuring (no library argument)"]))
     return out
@@ -158,9 +156,7 @@ def rows() -> list[tuple[str, str, list[str]]]:
 
 def field_table() -> str:
     """README's markdown table: Recipe field, the value tried, the library arguments it changes."""
-    from course_utils.build import library_objects
-
-    base = flat(library_objects(BASE, output_dir="out", fsdp=False))
+    base = flat(build.library_objects(BASE, output_dir="out", fsdp=False))
     always = ", ".join(f"{name}={show(base[('SFTConfig', name)])}" for name in SHOWN_ALWAYS)
     lines = [f"From {BASE_TEXT}; every recipe also passes `SFTConfig({always})`.", "",
              "| Recipe field | set to | what changes in the libraries' arguments (build.library_objects) |",

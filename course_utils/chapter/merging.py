@@ -23,6 +23,7 @@ from course_utils.chapter.after_training import (AdapterError, RECIPE_FILE, chec
                                                  in_fresh_process, load_base, saved_recipe)
 from course_utils.estimate import model_shapes, nf4_bytes
 from course_utils.machine import release_memory, resolve_precision
+from course_utils.memtrack import MemoryTracker, model_state_tensors, tensor_bytes
 from course_utils.show.tables import wrap
 
 @dataclass
@@ -97,7 +98,6 @@ def _merge(folder: Path, recipe, load_in_4bit: bool, base: str) -> Merged:
     import torch
     from peft import PeftModel
 
-    from course_utils.memtrack import MemoryTracker, model_state_tensors, tensor_bytes
 
     model, tokenizer = load_base(base, load_in_4bit, recipe.precision if recipe else "auto")
     model = PeftModel.from_pretrained(model, str(folder)).eval()

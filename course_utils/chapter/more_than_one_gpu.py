@@ -19,6 +19,7 @@ from course_utils.distributed import config_file
 from course_utils.estimate import anchor_lines, anchor_recipe, estimate_distributed
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.estimate.plan_multi import parse_gpu_budget
+from course_utils.measure import measure
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.show.tables import Column, Table, wrap
 
@@ -138,7 +139,6 @@ def gpu_recipe(model: str, four_bit: bool) -> Recipe:
 def run_both(path: RunPath, store=None):
     """(one process, `path.gpus` processes under DDP) on the same per-GPU recipe, or (None, None) without a run.
     On a CPU the one-process run trains in this kernel (the same bytes, no process start)."""
-    from course_utils.measure import measure
 
     if not path.gpus:
         return None, None

@@ -16,6 +16,7 @@ from course_utils.chapter.exercises import (Exercise, REFERENCE_MODEL, Verdict, 
 from course_utils.common import GiB, MiB
 from course_utils.estimate import estimate, model_shapes
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
+from course_utils.memtrack import _quant_state_tensors, tensor_bytes
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, from_store_note, speed_words
 from course_utils.show.report import _joined, not_measured
@@ -85,7 +86,6 @@ def weight_storage(model) -> list[dict]:
     """Notebooks 00 and 05: every weight tensor of a model: its name, how it is stored, how many parameters
     it holds, and its bytes (4-bit weights with their quantization state: scales, nested scales, code
     tables)."""
-    from course_utils.memtrack import _quant_state_tensors, tensor_bytes
 
     rows = []
     for name, p in model.named_parameters():

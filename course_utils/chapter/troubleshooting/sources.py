@@ -27,7 +27,8 @@ from course_utils.chapter.every_notebook import SMALL_HUB_MODEL, choose_model, s
 from course_utils.chapter.gradient_checkpointing import lora_grads_under_checkpointing
 from course_utils.chapter.t4 import VARIANTS, defect, record_for
 from course_utils.checks import check_data, check_hardware, check_machine
-from course_utils.cli import env_report, main
+from course_utils.cli import main
+from course_utils.cli_env import env_report
 from course_utils.cli_recipe import estimate_base
 from course_utils.common import __version__
 from course_utils.estimate import estimate

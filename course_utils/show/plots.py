@@ -22,8 +22,8 @@ from course_utils.show.path import bend_retraced, one_technique, path_steps  # n
 from course_utils.common import GiB, MiB
 from course_utils.machine import PROFILES
 from course_utils.results import Measurement
-from course_utils.show.charts import FIG_WIDTH_IN, FONT_PT, memory_breakdown, peak_gib, where as _where  # noqa: F401 (plots' API too)
-from course_utils.show.placement import (Label, columns, fit_height, fit_width, new_figure, place_labels,
+from course_utils.show.charts import FIG_WIDTH_IN, FONT_PT, memory_breakdown, peak_gib, where  # noqa: F401 (plots' API too)
+from course_utils.show.placement import (Label, columns, fit_width, place_labels,
                                          place_line_labels, point_boxes, segment_boxes, text_size, wrap)
 
 LOG_RATIO = 20  # an axis turns logarithmic when its largest value is more than this times its smallest
@@ -70,8 +70,8 @@ def build_series(measurements: Sequence[Measurement], reference: Sequence[Measur
     out = []
     mine = [m for m in measurements if m is not None]
     if mine:
-        where = sorted({_where(m) for m in mine}, key=[_where(m) for m in mine].index)
-        out.append(Series("this run: " + "; ".join(where), *MINE, path=True))
+        places = sorted({where(m) for m in mine}, key=[where(m) for m in mine].index)
+        out.append(Series("this run: " + "; ".join(places), *MINE, path=True))
         fits = [m for m in mine if m.fits]
         out[0].points = [(str(i), m) for i, m in enumerate(fits, 1) if m.tokens_per_s]
         out[0].misfits = [m.label for m in mine if not m.fits]
@@ -79,7 +79,7 @@ def build_series(measurements: Sequence[Measurement], reference: Sequence[Measur
         out[0].apart = {i for (i, _), step in zip(out[0].points, steps) if not step}
     groups: dict[str, Series] = {}
     for m in reference:
-        key = _where(m)
+        key = where(m)
         if key not in groups:
             marker, color = REFERENCE[len(groups) % len(REFERENCE)]
             groups[key] = Series(f"reference (shipped): {key}", marker, color, path=False)
@@ -87,7 +87,7 @@ def build_series(measurements: Sequence[Measurement], reference: Sequence[Measur
             groups[key].misfits.append(m.label)
     n = 0
     for m in (m for m in reference if m.fits):
-        groups[_where(m)].points.append((letters(n), m))
+        groups[where(m)].points.append((letters(n), m))
         n += 1
     for s in groups.values():
         s.points = [(i, m) for i, m in s.points if m.tokens_per_s]

@@ -24,6 +24,11 @@ _warnings.filterwarnings("ignore", message=r"Paged optimizers are not supported 
 # Liger is the maintained kernel library we can use (trl keeps only Liger's layer kernels)
 _warnings.filterwarnings("ignore", message=r"`use_liger_kernel=True` is deprecated.*", category=FutureWarning)
 _logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(_logging.ERROR)
+# transformers >= 5.25 brings the `kernels` package, so bitsandbytes on a CPU with AVX512-BF16 looks for its
+# CPU kernel on the hub; offline, `kernels` first logs that it skips the publisher check (then bitsandbytes
+# falls back to its own CPU code, silenced above). Only that one line is dropped.
+_logging.getLogger("kernels._internals.hf_hub").addFilter(
+    lambda record: not str(record.msg).startswith("Skipping publisher trust check"))
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
 

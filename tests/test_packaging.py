@@ -8,6 +8,7 @@ the installed setuptools' build backend, as `pip wheel --no-build-isolation` wou
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -103,3 +104,14 @@ def test_the_filters_course_utils_sets_at_import_are_pytest_filters_too():
         action, message, category = (line.split(":", 4) + ["", ""])[:3]
         configured.add(_filter_key(action, message, category))
     assert package <= configured, sorted(package - configured)
+
+
+def test_importing_the_stack_after_course_utils_prints_nothing_offline():
+    """The notebooks import course_utils, then the libraries: offline (as in CI and the embedded default)
+    none of them may print to stderr, which a notebook shows as an error output. Caught here first:
+    transformers 5.25 brought `kernels`, and bitsandbytes on a CPU with AVX512-BF16 then logs a hub check."""
+    code = "import course_utils, torch, bitsandbytes, transformers, peft, trl, datasets, accelerate"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env,
+                         timeout=300)
+    assert run.returncode == 0 and run.stderr == "", run.stderr

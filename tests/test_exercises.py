@@ -1,4 +1,4 @@
-"""Every notebook's "Try it" exercise (course_utils/chapter/exercises.py, scripts/notebooks/insert_exercises.py): each worked
+"""Every notebook's "Try it" exercise (course_utils/chapter/exercises.py, scripts/notebooks/write_notebooks.py exercises): each worked
 solution passes its own check on the tiny model's base recipe, a wrong answer fails with the estimated figures
 that decided it, the task texts hold no typed figure, and the insert script is idempotent on a copy of the
 notebooks. Estimator only (the tiny model's estimate is exact on this CPU, tests/test_estimate.py): no training.
@@ -39,7 +39,7 @@ def base(tiny_model) -> Recipe:
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("insert_exercises", ROOT / "scripts" / "notebooks" / "insert_exercises.py")
+    spec = importlib.util.spec_from_file_location("write_notebooks", ROOT / "scripts" / "notebooks" / "write_notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -258,11 +258,11 @@ def test_the_script_inserts_one_block_before_the_quiz_and_is_idempotent(tmp_path
         nb["cells"] = [c for c in nb["cells"] if not _tagged(c)]
         p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     before = {p.name: [c for c in _cells(p) if not _tagged(c)] for p in paths}
-    assert script.main([str(p) for p in paths]) == 0
+    assert script.main(["exercises", *map(str, paths)]) == 0
     once = {p.name: p.read_bytes() for p in paths}
-    assert script.main([str(p) for p in paths]) == 0
+    assert script.main(["exercises", *map(str, paths)]) == 0
     assert {p.name: p.read_bytes() for p in paths} == once
-    assert script.main(["--check", *map(str, paths)]) == 0
+    assert script.main(["exercises", "--check", *map(str, paths)]) == 0
     for p in paths:
         cells = _cells(p)
         assert [c for c in cells if not _tagged(c)] == before[p.name], f"{p.name}: another cell changed"
@@ -283,15 +283,15 @@ def test_the_script_inserts_one_block_before_the_quiz_and_is_idempotent(tmp_path
 
 def test_the_script_keeps_outputs_and_replaces_a_stale_block(tmp_path, script):
     path = _copy(tmp_path)[1]
-    script.main([str(path)])
+    script.main(["exercises", str(path)])
     nb = json.loads(path.read_text(encoding="utf-8"))
     check = next(c for c in nb["cells"] if _tagged(c) and "check_exercise" in "".join(c["source"]))
     check["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["Holds: ...\n"]}]
     answer = next(c for c in nb["cells"] if _tagged(c) and "".join(c["source"]).startswith("answer ="))
     answer["source"] = ["answer = base  # an old, stale cell\n"]
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    assert script.main(["--check", str(path)]) == 1
-    script.main([str(path)])
+    assert script.main(["exercises", "--check", str(path)]) == 1
+    script.main(["exercises", str(path)])
     cells = _cells(path)
     assert sum(_tagged(c) for c in cells) == 5
     assert next(c for c in cells if _tagged(c) and "check_exercise" in "".join(c["source"]))["outputs"]
@@ -304,7 +304,7 @@ def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
     from course_utils.chapter.solution_reveal import SolutionReveal
 
     paths = _copy(tmp_path)
-    script.main([str(p) for p in paths])
+    script.main(["exercises", *map(str, paths)])
     for p in paths:
         scope = {"base": base, "chapter": source_chapter_recipe(LLAMA), "path": beyond.path_here("tiny")}
         shown = []

@@ -235,7 +235,7 @@ def test_every_notebook_links_its_troubleshooting_entries():
     for path in sorted((texts.ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         tagged = [c for c in cells if "troubleshooting" in c.get("metadata", {}).get("tags", [])]
-        assert len(tagged) == 1, f"{path.name}: run python scripts/notebooks/insert_extras.py {path}"
+        assert len(tagged) == 1, f"{path.name}: run python scripts/notebooks/write_notebooks.py troubleshooting {path}"
         assert "".join(tagged[0]["source"]) == notebook_markdown(path.name[:2]), path.name
         setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
         assert cells[setup + 1] is tagged[0], f"{path.name}: the troubleshooting cell belongs right after the setup"

@@ -11,7 +11,7 @@ CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
 - `solution(base)`: the worked solution, found as a learner would (one change at a time, the estimator in
   the loop); `show_solution` shows it as code. The checks and searches live in course_utils.exercise_checks.
 
-The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_exercise(name, base)`,
+The notebook's cells (`scripts/notebooks/write_notebooks.py exercises` writes them): `show_exercise(name, base)`,
 `answer = None`, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which
 checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
 

@@ -121,7 +121,7 @@ def test_refresh_rewrites_a_stale_pinned_figure_and_says_which():
     assert facts.refresh(text) == (text, []) and not facts.unsourced(text)
 
 
-def test_refresh_figures_script_checks_and_rewrites_a_readme_and_a_notebook(tmp_path, capsys):
+def test_the_figures_writer_checks_and_rewrites_a_readme_and_a_notebook(tmp_path, capsys):
     import json
     import runpy
     from pathlib import Path

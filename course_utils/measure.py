@@ -67,7 +67,7 @@ def measure(
     if isolate or env.device_type != "cpu":
         result = _run_child(recipe, budget_gib, progress, timeout_s)
     else:
-        result = run_here(recipe, budget_gib, report_progress=_progress_bar(recipe, progress))
+        result = run_here(recipe, budget_gib, report_progress=_progress_bar(recipe, progress), checked=True)
     if budget_gib is None:
         store.add(result)
     return _as_asked(result, recipe)

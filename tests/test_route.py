@@ -42,9 +42,10 @@ def _carries_recipe(frame) -> bool:
     return False
 
 
-def trace_route(tmp_path) -> list[tuple[str, str]]:
-    """[(file, function)] of every call on the route, in order, ending with ("build.py", "SFTTrainer(...)")."""
-    calls, stack = [], []
+def trace_route(tmp_path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """([(file, function)] of every call on the route, in order, ending with ("build.py", "SFTTrainer(...)"),
+    [(calling file, called file)] of each call on it that goes from one file into another)."""
+    calls, stack, crossings = [], [], []
 
     def profile(frame, event, arg):
         if event == "return":
@@ -69,8 +70,12 @@ def trace_route(tmp_path) -> list[tuple[str, str]]:
         if dunder or prop or not _carries_recipe(frame):
             stack.append("off")
             return
-        calls.append((Path(code.co_filename).relative_to(PKG).as_posix(), code.co_qualname))
-        stack.append("on")
+        file = Path(code.co_filename).relative_to(PKG).as_posix()
+        caller = next((state[1] for state in reversed(stack) if isinstance(state, tuple)), None)
+        if caller is not None and caller != file:
+            crossings.append((caller, file))
+        calls.append((file, code.co_qualname))
+        stack.append(("on", file))
 
     base = base_recipe_for("tiny", "cpu")
     store = ResultStore(tmp_path / "results.jsonl")
@@ -81,7 +86,7 @@ def trace_route(tmp_path) -> list[tuple[str, str]]:
         pass
     finally:
         sys.setprofile(None)
-    return calls + [("build.py", "SFTTrainer(...)")]
+    return calls + [("build.py", "SFTTrainer(...)")], crossings
 
 
 def stops(calls: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
@@ -99,7 +104,7 @@ def test_the_route_from_run_ladder_to_the_trainer_is_short(tmp_path, monkeypatch
     import trl
 
     monkeypatch.setattr(trl, "SFTTrainer", _Trainer)
-    calls = trace_route(tmp_path)
+    calls, crossings = trace_route(tmp_path)
     route = stops(calls)
     entered = Counter(file for file, _ in route)
     shown = "\n".join(f"{i:2} {file}: {', '.join(fs)}" for i, (file, fs) in enumerate(route, 1))
@@ -113,6 +118,13 @@ def test_the_route_from_run_ladder_to_the_trainer_is_short(tmp_path, monkeypatch
     # measure.py, the parent's driver, is entered 4 times: it starts the route and each of its calls to the ladder
     # (recipe.py), the checks and the store returns to it before it hands the recipe to the child's side
     assert entered["measure.py"] <= 4, shown
+    # counted by calls instead (a file is entered when a call from another file goes into it; coming back from a
+    # call is not entering): every file is entered once but recipe.py, the recipe's own methods, three times
+    # (ladder, ladder_here's with_ for the precision here, and the child's to_dict for the record)
+    called_into = Counter(called for _, called in crossings)
+    assert called_into["recipe.py"] <= 3 and all(n == 1 for f, n in called_into.items() if f != "recipe.py"), \
+        (called_into, crossings)
+    assert "measure.py" not in called_into, crossings  # the route starts there, and nothing calls back into it
 
 
 def test_build_checks_the_hardware_unless_told_the_recipe_was_checked(monkeypatch, tiny_model):

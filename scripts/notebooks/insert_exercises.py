@@ -3,10 +3,11 @@ Markdown cell that says "Check what you measured".
 
 The exercise is five cells, each tagged "exercise": a "## Try it" Markdown cell; a code cell that shows the
 task (`show_exercise`, whose figures come from the notebook's base recipe: a Markdown cell cannot compute);
-`answer = None`, for the learner's recipe; a collapsed solution cell (tags exercise + solution, source
+the answer cell, the libraries' objects of the rung the task starts from (the learner changes the lines
+marked `# <- ?`); a collapsed solution cell (tags exercise + solution, source
 hidden) whose button shows the worked solution when the learner asks (nothing of it is in an output
-before); and the check cell (`check_exercise`), which, while `answer` is None, checks the worked solution
-without showing it (so the notebook still tests it under nbval) and asks for an answer.
+before); and the check cell (`check_exercise`), which, while the answer is still that rung, checks the
+worked solution without showing it (so the notebook still tests it under nbval) and asks for a change.
 
 Idempotent: the cells tagged "exercise" are taken out and the block is put back before the quiz; a cell
 whose source and tags are already right is kept as it is, with its outputs and id. Nothing is executed.
@@ -27,15 +28,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from course_utils.chapter.exercises import EXERCISES, WITHOUT_EXERCISE, Exercise  # noqa: E402
+from course_utils.recipe import base_recipe_for  # noqa: E402
 
 TAG, SOLUTION_TAG = "exercise", "solution"
 QUIZ_MARK = "Check what you measured"
 INTRO = """## Try it
 
 A short task on this notebook's technique, set from this notebook's own recipe: the next cell shows it,
-with its figures computed when it runs. Write your answer as a recipe in `answer`, then run the check:
-it estimates your recipe with the course's estimator and says why it holds or not. The worked solution
-shows only when you ask for it: the cell after `answer` has a button (try the task first)."""
+with its figures computed when it runs. You answer in the libraries' own code: the answer cell holds the
+`SFTConfig` (and where the task needs them the `LoraConfig`, `BitsAndBytesConfig` or accelerate config) of
+the rung you start from. Change the lines marked `# <- ?`, run it, then run the check: the course reads
+your objects back into a recipe (`course_utils.from_library`), estimates it and says why it holds or not.
+The worked solution shows only when you ask for it: the cell after the answer has a button (try the task
+first)."""
 
 
 def block(ex: Exercise) -> list[tuple[str, str, dict]]:
@@ -44,10 +49,9 @@ def block(ex: Exercise) -> list[tuple[str, str, dict]]:
     imports = "from course_utils.chapter.exercises import check_exercise, show_exercise, show_solution\n"
     show = imports + (ex.setup + "\n" if ex.setup else "") + f'\nshow_exercise("{name}", {base})'
     tags = {"tags": [TAG]}
-    kind = "answer" if ex.answer_kind == "gpus" else "recipe"
     return [("markdown", INTRO, tags),
             ("code", show, tags),
-            ("code", f"answer = None  # your {kind}: {ex.answer_hint}", tags),
+            ("code", ex.answer_cell(base_recipe_for("tiny", "cpu"), "cpu"), tags),  # the rung, in library code
             ("code", f'show_solution("{name}", {base})',
              {"jupyter": {"source_hidden": True}, "tags": [TAG, SOLUTION_TAG]}),
             ("code", f'check_exercise("{name}", answer, {base})', tags)]

@@ -1,12 +1,14 @@
-"""Exercise answers in the libraries' own code: a learner may answer a "Try it" with what their script passes, read
-onto the exercise's starting recipe through course_utils/from_library.py and checked by the estimator as a Recipe is.
+"""Exercise answers in the libraries' own code: the answer cell a "Try it" gives the learner (answer_code: the
+objects of the rung the task starts from, the lines to change marked `# <- ?`), and a learner's answer read onto
+the exercise's starting recipe through course_utils/from_library.py and checked by the estimator as a Recipe is.
 
 An answer is a trl SFTConfig, a peft LoraConfig, a transformers BitsAndBytesConfig, a tuple of them, or a dict of
 from_library's arguments: model_id, args, peft_config (None: a full fine-tune), quantization_config, dtype,
 prepare_kbit (whether the script calls peft's prepare_model_for_kbit_training), and offload_embeddings (the course's
 own hook, course_utils.build.offload_input_embeddings). Each object given is taken whole, as the script would pass
 it (an SFTConfig's defaults included: SFTConfig() turns bf16 and checkpointing on); what is not given stays the
-starting recipe's. The weights' dtype and the 4-bit compute dtype follow the precision unless given.
+starting recipe's. The weights' dtype and the 4-bit compute dtype follow the precision unless given. Notebook 11's
+answer is an accelerate config's YAML text (accelerate_answer: its num_processes, under FSDP without offload).
 """
 
 from __future__ import annotations
@@ -82,6 +84,22 @@ def solution_lines(start: Recipe, solution: Recipe, hardware: str) -> list[str]:
     if solution.model != start.model:
         lines.append(f'model_id = "{PRESETS.get(solution.model, {}).get("hub_id", solution.model)}"')
     return lines + changes(objects(start), objects(solution))
+
+
+# Recipe fields as the answer cell names them (the checks' messages)
+LIBRARY_NAMES = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
+                 "max_seq_length": "max_length", "optimizer": "optim",
+                 "gradient_checkpointing": "activation_checkpointing",
+                 "lora_r": "peft_config (LoraConfig r)", "lora_alpha": "LoraConfig lora_alpha",
+                 "lora_dropout": "LoraConfig lora_dropout", "lora_targets": "LoraConfig target_modules",
+                 "precision": "bf16/fp16", "load_in_4bit": "BitsAndBytesConfig load_in_4bit",
+                 "double_quant": "BitsAndBytesConfig bnb_4bit_use_double_quant", "liger_kernels": "use_liger_kernel",
+                 "offload_activations": "activation_offloading", "model": "model_id"}
+
+
+def library_name(field: str) -> str:
+    """A Recipe field as the libraries' code names it (the field itself where the course names it)."""
+    return LIBRARY_NAMES.get(field, field)
 
 
 # --- the answer cell: what the learner edits, in the libraries' own code ------------------------------------------

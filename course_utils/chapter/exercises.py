@@ -1,24 +1,30 @@
-"""Try it: one exercise per notebook, after its measurement and before its quiz (issue 15).
+"""Try it: one exercise per notebook, after its measurement and before its quiz (issue 15), answered in the
+libraries' own code (issue 29).
 
-Each `Exercise` is a short task that changes the notebook's recipe, done with the course's own calls
-(`base.with_(...)`, `estimate`, `plan`), and decided by the estimator, which on the embedded tiny model on a
-CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
+Each `Exercise` is a short task that changes the notebook's recipe, decided by the estimator, which on the embedded
+tiny model on a CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
 
 - `task(base)`: the task as Markdown. Every figure in it is computed from the notebook's base recipe (its
   estimate, the model's config, the planner's rule, the source chapter's text), and a derived figure shows
   its arithmetic; the templates hold no typed figure (tests/test_exercises.py runs facts.unsourced on them).
-- `check(answer, base)`: a Verdict, passed or not, and why: the estimated figures it decided on.
+- `answer_cell(base)`: the cell the learner edits, the libraries' objects (SFTConfig, LoraConfig,
+  BitsAndBytesConfig; notebook 11 an accelerate config) of the rung the task starts from, with the lines to
+  change marked `# <- ?` (course_utils/chapter/exercise_library.py writes it).
+- `check(answer, base)`: a Verdict, passed or not, and why: the estimated figures it decided on. The answer's
+  objects are read back into a Recipe through course_utils/from_library.py, whose messages name a setting the
+  course does not model; a Recipe (`base.with_(...)`) is still accepted.
 - `solution(base)`: the worked solution, found as a learner would (one change at a time, the estimator in
-  the loop); `show_solution` shows it as code. The checks and searches live in course_utils.exercise_checks.
+  the loop); `code` shows it as the answer cell filled in.
 
-The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_exercise(name, base)`,
-`answer = None`, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which
-checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
+The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_exercise(name, base)`, the answer
+cell, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which checks the worked
+solution while the answer is still the cell's starting rung, so the cell passes under nbval as committed.
 
 Hardware: on a CPU the estimate's CPU; on a GPU this machine's kind ('gpu' with bf16; 't4' without it or
 under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 09 about the chapter's claim for a
 bf16 GPU and 11 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 11's
-answer is a number of GPUs (answer_kind="gpus"; its check: exercise_checks_multi), the others' a Recipe.
+answer is a number of GPUs, num_processes in its accelerate config (answer_kind="gpus"; its check:
+more_than_one_gpu.check), the others' a Recipe.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_utils import machine
-from course_utils.chapter.exercise_library import ANSWER_TYPES, answer_code, cell_start, read_answer
+from course_utils.chapter.exercise_library import ANSWER_TYPES, answer_code, cell_start, library_name, read_answer
 from course_utils.common import GiB, MiB
 from course_utils.estimate import EstimateError, estimate, load_config
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
@@ -111,8 +117,9 @@ def _only(answer: Recipe, start: Recipe, allowed: set[str]) -> Verdict | None:
     extra = [f for f in _changed(answer, start) if f not in allowed]
     if not extra:
         return None
-    was = ", ".join(f"{f}={getattr(start, f)!r} (yours: {getattr(answer, f)!r})" for f in extra)
-    return Verdict(False, f"change only {', '.join(sorted(allowed))}; your answer also changes {was}")
+    was = ", ".join(f"{library_name(f)}: {getattr(start, f)!r} (yours: {getattr(answer, f)!r})" for f in extra)
+    allowed_names = ", ".join(sorted(map(library_name, allowed)))
+    return Verdict(False, f"change only {allowed_names}; your answer also changes {was}")
 
 
 def _refuse(condition: bool, title: str, lines: tuple[str, ...] = ()) -> Verdict | None:
@@ -121,7 +128,7 @@ def _refuse(condition: bool, title: str, lines: tuple[str, ...] = ()) -> Verdict
 
 
 def _still_lora(a: Recipe) -> Verdict | None:
-    return _refuse(a.uses_lora, f"still LoRA (lora_r={a.lora_r}): a full fine-tune is lora_r=None")
+    return _refuse(a.uses_lora, f"still LoRA (LoraConfig r={a.lora_r}): a full fine-tune is peft_config = None")
 
 
 def _first(*verdicts: Verdict | None) -> Verdict | None:

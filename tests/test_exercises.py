@@ -405,3 +405,17 @@ def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
 def test_the_exercise_modules_stay_small():
     for module in (X,):
         assert len(Path(module.__file__).read_text().splitlines()) < 500, module.__name__
+
+
+def test_the_committed_answer_cells_are_the_rungs_in_library_code(base):
+    """Each notebook's answer cell, as committed, is its exercise's answer_cell (the libraries' objects, not a
+    Recipe); run as nbval runs it, it leaves the starting rung in `answer`, which the check reads as unchanged."""
+    from course_utils.chapter.exercises import WITHOUT_EXERCISE
+
+    for p in (p for p in NOTEBOOKS if p.stem not in WITHOUT_EXERCISE):
+        ex = exercise(p.stem)
+        cells = [c for c in _cells(p) if _tagged(c) and c["cell_type"] == "code"]
+        source = "".join(cells[1]["source"])
+        assert source == ex.answer_cell(base, "cpu"), p.name
+        assert "with_(" not in source and cells[1]["outputs"] == []
+        assert ex.unchanged(_run_cell(source, base), base, "cpu"), p.name

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Callable
 
 from course_utils import build
-from course_utils.chapter.library_map import changes, flat, show
+from course_utils.chapter.library_map import flat, show
 from course_utils.from_library import LibraryConfigError, dtype_name, read_settings, settings_of
 from course_utils.machine import HardwareError, get_hardware, resolve_precision
 from course_utils.models import PRESETS
@@ -69,23 +69,6 @@ def answer_recipe(value, start: Recipe, hardware: str) -> Recipe:
     return recipe
 
 
-def solution_lines(start: Recipe, solution: Recipe, hardware: str) -> list[str]:
-    """The worked solution in the libraries' own code: what changes from the start's arguments (library_map)."""
-
-    def objects(recipe: Recipe):
-        hw = get_hardware(hardware)
-        try:
-            precision = resolve_precision(recipe.precision, hw)
-        except HardwareError:
-            precision = resolve_precision("auto", hw)
-        return build.library_objects(recipe.with_(precision="auto"), precision, fsdp=False)
-
-    lines = []
-    if solution.model != start.model:
-        lines.append(f'model_id = "{PRESETS.get(solution.model, {}).get("hub_id", solution.model)}"')
-    return lines + changes(objects(start), objects(solution))
-
-
 # Recipe fields as the answer cell names them (the checks' messages)
 LIBRARY_NAMES = {"micro_batch": "per_device_train_batch_size", "grad_accum": "gradient_accumulation_steps",
                  "max_seq_length": "max_length", "optimizer": "optim",
@@ -105,9 +88,9 @@ def library_name(field: str) -> str:
 # --- the answer cell: what the learner edits, in the libraries' own code ------------------------------------------
 LLAMA = "llama-3.1-8b"
 START_GPUS = 2  # exercise 11's cell starts from the notebook's runs: two processes
-MARK = "# <- ?"
+MARK = "# <- ?"  # the lines the learner changes; a worked solution keeps their comment without the "?"
 HEAD = {False: "# Your answer, in the libraries' own code: the rung you start from. Change the lines marked <- ?",
-        True: "# The worked solution: the answer cell, filled in (the lines marked <-)"}  # the lines the learner changes; a worked solution keeps their comment without the "?"
+        True: "# The worked solution: the answer cell, filled in (the lines marked <-)"}
 ANSWER_TYPES = ("an SFTConfig, a LoraConfig, a BitsAndBytesConfig, a tuple or dict of them (the answer cell), or an "
                 "accelerate config's YAML text (notebook 11)")
 
@@ -142,7 +125,8 @@ CELLS = {
     "03_efficient_optimizers": Cell(_COMMON[:3] + _COMMON[4:] + ("per_device_train_batch_size", "optim"),
                                     {"peft_config": "a LoraConfig, or None: every weight trains",
                                      "optim": "the optimizer"}, ("peft_config",)),
-    "04_mixed_precision": Cell(_COMMON[2:] + ("per_device_train_batch_size", "bf16", "fp16"), {"bf16": "bf16 mixed precision", "fp16": "or fp16"}),
+    "04_mixed_precision": Cell(_COMMON[2:] + ("per_device_train_batch_size", "bf16", "fp16"),
+                               {"bf16": "bf16 mixed precision", "fp16": "or fp16"}),
     "05_qlora_4bit": Cell(("max_length", "bf16", "fp16", "activation_checkpointing", "activation_checkpointing_kwargs",
                            "per_device_train_batch_size", "gradient_accumulation_steps", "optim"),
                           {"bnb_config": "a BitsAndBytesConfig(...)", "bf16": "bf16", "fp16": "or fp16",
@@ -158,8 +142,8 @@ CELLS = {
                                {"bf16": "bf16 (a T4 has none)", "fp16": "or fp16",
                                 "per_device_train_batch_size": "the micro-batch",
                                 "gradient_accumulation_steps": "micro-batches per optimizer step"}, by_base=False),
-    "09_beyond_the_recipe": Cell(("bf16", "fp16", "activation_checkpointing", "activation_checkpointing_kwargs", "optim",
-                                  "max_length", "use_liger_kernel", "activation_offloading",
+    "09_beyond_the_recipe": Cell(("bf16", "fp16", "activation_checkpointing", "activation_checkpointing_kwargs",
+                                  "optim", "max_length", "use_liger_kernel", "activation_offloading",
                                   "per_device_train_batch_size", "gradient_accumulation_steps"),
                                  {"use_liger_kernel": "Liger's kernels", "activation_offloading": "activations on CPU",
                                   "per_device_train_batch_size": "the micro-batch",
@@ -246,7 +230,8 @@ def accelerate_code(gpus: int, solved: bool = False) -> str:
     `gpus` processes."""
     mark = f"  # <- {'' if solved else '? '}how many 24 GiB GPUs"
     return "\n".join([
-        HEAD[solved].replace("the libraries' own code", "accelerate's own config").replace("the rung you start from", "2 GPUs"),
+        HEAD[solved].replace("the libraries' own code", "accelerate's own config")
+                    .replace("the rung you start from", f"{START_GPUS} GPUs"),
         "# (accelerate launch --config_file fsdp.yaml train.py: this notebook's FSDP-QLoRA launch config)",
         'accelerate_config = """',
         "compute_environment: LOCAL_MACHINE",

@@ -321,18 +321,6 @@ class Exercise:
         """The worked solution as the learner's answer cell, filled in (the libraries' own code)."""
         return answer_code(self.notebook, self.solution(base, hardware), self.hw(hardware))
 
-    def recipe_code(self, base: Recipe, hardware: str | None = None) -> str:
-        """The worked solution as the course's recipe: answer = base.with_(...) (still accepted as an answer)."""
-        start, answer = self.start(base), self.solution(base, hardware)
-        if self.answer_kind == "gpus":
-            return f"answer = {answer}"
-        args = [f"{f.name}={getattr(answer, f.name)!r}" for f in dataclasses.fields(Recipe)
-                if f.name != "label" and getattr(answer, f.name) != getattr(start, f.name)]
-        line = f"answer = {self.start_code}.with_({', '.join(args)})" if args else f"answer = {self.start_code}"
-        if len(line) <= 100:
-            return line
-        return f"answer = {self.start_code}.with_(\n" + "".join(f"    {a},\n" for a in args) + ")"
-
 
 def _recipe(value, what: str) -> Recipe:
     """`value` when it is a Recipe, else an ExerciseError that says what to pass."""

@@ -85,11 +85,24 @@ def test_the_registry_names_each_figure_once_and_every_name_is_used():
 
 
 def test_one_t4_memory_figure():
-    """The T4's memory is one figure: the profile's card size, named t4_gib, which the estimator's T4 shares."""
-    from course_utils.machine import HARDWARE, PROFILES
+    """The T4's memory is one figure, machine.T4_CARD_GIB: the profile's card, the estimator's T4 and the texts'
+    t4_gib; no module or text types it again, except pinned to t4_gib (and one shell comment, held to it here)."""
+    from course_utils.machine import HARDWARE, PROFILES, T4_CARD_GIB
 
     assert figures.registry()["t4_gib"].expr == "lib.t4_gib"
-    assert figures.shipped_values()["t4_gib"] == PROFILES["t4"].card_bytes / GiB == HARDWARE["t4"].memory_gib
+    assert figures.shipped_values()["t4_gib"] == PROFILES["t4"].card_bytes / GiB == HARDWARE["t4"].memory_gib == \
+        T4_CARD_GIB
+    shown = re.escape(f"{T4_CARD_GIB:g}")
+    shell = f"course plan --model llama-3.1-8b --hardware t4         # fp16, {T4_CARD_GIB:g} GiB"
+    assert shell in (ROOT / "README.md").read_text(encoding="utf-8")
+    copies = [f"{path.name}: ...{text[max(0, m.start() - 40):m.end() + 20]}..."
+              for path in [*sorted((ROOT / "course_utils").rglob("*.py")), ROOT / "README.md"]
+              if path.name != "machine.py"
+              for text in [path.read_text(encoding="utf-8").replace(shell, "")]
+              for m in re.finditer(rf"(?<![\d.]){shown}(?![\d]|<!--\{{\{{ t4_gib)", text)]
+    copies += [f"{where}: {m.group(0)}" for where, text in texts.every_text() if not where.startswith("README")
+               for m in re.finditer(rf"(?<![\d.]){shown}(?![\d]|<!--\{{\{{ t4_gib)", text)]
+    assert not copies, "the T4's memory typed again:\n" + "\n".join(copies)
 
 
 def test_stale_lists_what_changed():

@@ -107,7 +107,8 @@ def names_for(expression: str, namespace) -> dict:
         unknown = sorted(words - used - ARITHMETIC.keys())
         if unknown:
             raise ValueError(f"{unknown} in {{{{ {expression} }}}} {'is' if len(unknown) == 1 else 'are'} not named "
-                             f"figures of {REGISTRY.name}: texts pin figures by name (add it there, then run {COMMAND})")
+                             f"figures of {REGISTRY.name}: texts pin figures by name (scripts/notebooks/name_figures.py "
+                             f"names it, or add it there and run {COMMAND})")
         missing = sorted(used - shipped_values().keys())
         if missing:
             raise ValueError(f"{missing} not in {VALUES.name}: run {COMMAND}")

@@ -76,7 +76,7 @@ def values_file(values: dict) -> str:
 def stale(values: dict) -> list[str]:
     """What differs between these (freshly rendered) values and the shipped file: one line each."""
     shipped_now = json.loads(VALUES.read_text(encoding="utf-8")) if VALUES.exists() else {"figures": {}}
-    problems = [] if shipped_now.get("registry_sha256") == digest() else [f"{REGISTRY.name} changed since"]
+    problems = [] if shipped_now.get("registry_sha256") == digest() else [f"{REGISTRY.name} changed since {VALUES.name} was written"]
     old = shipped_now["figures"]
     problems += [f"{n}: shipped {old.get(n, 'nothing')!r}, now {values.get(n, 'nothing')!r}"
                  for n in sorted(set(old) | set(values)) if old.get(n) != values.get(n)]

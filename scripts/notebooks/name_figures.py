@@ -61,7 +61,6 @@ BEYOND = {
     "Unsloth 2026.10.9 (16x1)": "unsloth_16x1", "Unsloth 2026.10.9 (1x16)": "unsloth_1x16",
     "max_seq_length=128": "seq128", "max_seq_length=256": "seq256", "max_seq_length=512": "seq512",
 }
-RUNS = {"explore": "explore", "peer-run": "peer_run", "plan-check": "plan_check", "whole-steps": "whole_steps", "": ""}
 MODEL = {"llama-3.1-8b": "llama8b", "llama-2-13b": "llama13b", "tiny": "tiny"}
 ATTR = {"cuda_max_allocated": "allocated", "cuda_max_reserved": "reserved", "peak_bytes": "peak",
         "tokens_per_s": "tokens_per_s", "recipe_obj": "recipe", "per_gpu_gib": "per_gpu_gib",
@@ -98,8 +97,9 @@ def leafy(node):
     return True
 
 
-def split(node, leaves):
-    """node with every lookup replaced by a Name; leaves: {source text: name}."""
+def split(node, leaves: dict):
+    """`node` with every lookup replaced by its name (`leaves` collects {expression: name}); the arithmetic, units
+    and round/abs/min/max around lookups stay. A lookup divided by a unit is one figure (`..._gib`)."""
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and is_unit(node.right) and leafy(node.left):
         return leaf(node, leaves, unit_name(node.right))
     if isinstance(node, ast.BinOp):
@@ -117,7 +117,7 @@ BYTES = ("_peak", "_allocated", "_reserved", "_parameters", "_gradients", "_opti
          "_temporaries", "_terms")
 
 
-def leaf(node, leaves, unit):
+def leaf(node, leaves: dict, unit: str | None):
     if isinstance(node, ast.Name) and node.id in KNOWN:
         return node  # already a named figure
     src = ast.unparse(node)
@@ -128,13 +128,8 @@ def leaf(node, leaves, unit):
     return ast.Name(name)
 
 
-def args_of(call):
-    a = [const(x) for x in call.args]
-    kw = {k.arg: k.value for k in call.keywords}
-    return a, kw
-
-
-def subject(node):
+def subject(node) -> str:
+    """A lookup's name: its source (the run, rung, recipe or model, shortened by the tables above) and quantity."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -158,23 +153,20 @@ def subject(node):
                        for k in node.keywords]
                 kws = [k.replace("max_seq_length_", "seq") for k in kws]
                 return subject(f.value) + "_" + "_".join(kws)
-            parts = [slug(const(a)) for a in node.args] + [f"{k.arg}_{slug(ast.unparse(k.value))}" for k in node.keywords]
             parts = [BEYOND.get(const(a), slug(const(a))) for a in node.args] + [
                 (k.arg if ast.unparse(k.value) == "True" else f"not_{k.arg}" if ast.unparse(k.value) == "False"
                  else f"{k.arg}_{slug(ast.unparse(k.value))}") for k in node.keywords]
             return "_".join([subject(f.value), f.attr, *parts])
         fn = f.id
-        if fn in ("len", "sum", "flops", "est", "dist"):
-            pass
         if fn == "ref":
-            a, kw = args_of_safe(node)
-            m = kw.get("model")
-            return "ref_" + REF.get(a[0], slug(a[0])) + ("_llama13b" if m and const(m) == "llama-2-13b" else "")
+            label = const(node.args[0])
+            model = next((const(k.value) for k in node.keywords if k.arg == "model"), "llama-3.1-8b")
+            return "ref_" + REF.get(label, slug(label)) + ("" if model == "llama-3.1-8b" else "_" + MODEL.get(model, slug(model)))
         if fn == "rung":
-            return "tiny_" + RUNG[const(node.args[0])]
+            return "tiny_" + RUNG.get(const(node.args[0]), slug(const(node.args[0])))
         if fn == "chapter":
             m = const(node.args[0]) if node.args else "llama-3.1-8b"
-            return "chapter" + ("" if m == "llama-3.1-8b" else "_" + MODEL[m])
+            return "chapter" + ("" if m == "llama-3.1-8b" else "_" + MODEL.get(m, slug(m)))
         if fn == "anchor":
             return "anchor"
         if fn == "est":
@@ -190,7 +182,7 @@ def subject(node):
             return f"dist_{subject(a[0])}_{const(a[1])}gpu_{const(a[2])}" + ("" if hw == "gpu" else f"_{hw}")
         if fn == "beyond":
             run = const(node.args[1]) if len(node.args) > 1 else ""
-            return "nb09_" + BEYOND[const(node.args[0])] + ("_" + RUNS[run] if run else "")
+            return "nb09_" + BEYOND.get(const(node.args[0]), slug(const(node.args[0]))) + ("_" + slug(run) if run else "")
         if fn == "t4":
             a = [const(x) for x in node.args]
             v = next((const(k.value) for k in node.keywords if k.arg == "variant"), "small")
@@ -202,7 +194,7 @@ def subject(node):
             return "peer_" + const(node.args[0])
         if fn in ("toward", "profiled", "tried", "curves"):
             a = [const(x) for x in node.args]
-            parts = [BEYOND.get(x, slug(x)) if i == 0 and fn != "curves" else RUNS.get(x, slug(x)) for i, x in enumerate(a)]
+            parts = [BEYOND.get(x, slug(x)) if i == 0 and fn != "curves" else slug(x) for i, x in enumerate(a)]
             for k in node.keywords:
                 v = ast.unparse(k.value)
                 if k.arg == "peak":
@@ -215,11 +207,10 @@ def subject(node):
         if fn == "flops":
             return "flops_" + subject(node.args[0])
         if fn == "shapes":
-            return MODEL[const(node.args[0])]
+            return MODEL.get(const(node.args[0]), slug(const(node.args[0])))
         if fn == "nf4_bits":
             return "nf4_bits" + ("_dq" if const(node.args[0]) else "_no_dq")
         if fn == "planner":
-            a = [ast.unparse(x) for x in node.args]
             hw = const(node.args[2]) if len(node.args) > 2 else "gpu"
             budget = const(node.args[1]) if len(node.args) > 1 else None
             return "planner" + (f"_{slug(budget)}" if budget else "") + ("" if hw == "gpu" else f"_{hw}")
@@ -235,11 +226,8 @@ def subject(node):
             words = [c.value for c in ast.walk(gen.generators[0].ifs[0]) if isinstance(c, ast.Constant)
                      and c.value != "parameters"]
             return f"{subject(terms.value)}_{'_'.join(slug(w) for w in words)}_terms"
-    raise ValueError(f"cannot name {ast.unparse(node)}")
-
-
-def args_of_safe(node):
-    return [const(x) for x in node.args], {k.arg: k.value for k in node.keywords}
+    raise SystemExit(f"cannot name {ast.unparse(node)}: teach subject() in {Path(__file__).name}, or add the "
+                     f"figure to figures.yaml by hand")
 
 
 KIND = {"ref": "the shipped H200 reference run {0!r}", "rung": "the tiny ladder's rung {0!r}",
@@ -254,8 +242,8 @@ KIND = {"ref": "the shipped H200 reference run {0!r}", "rung": "the tiny ladder'
 UNIT_WORDS = {"gib": ", in GiB", "mib": ", in MiB", "billions": ", in billions", "millions": ", in millions"}
 
 
-def about(src, name):
-    """A line saying what a leaf is: its source's kind and the quantity."""
+def about(src: str, name: str) -> str:
+    """A line saying what a lookup is: the quantity, of what source, in what unit."""
     node = ast.parse(src, mode="eval").body
     unit = ""
     if isinstance(node, ast.BinOp) and is_unit(node.right):
@@ -290,7 +278,7 @@ QUANT = {"cuda_max_allocated": "CUDA's peak allocated memory", "cuda_max_reserve
          "total_params": "parameters in all", "per_gpu_gib": "memory per GPU", "per_gpu_bytes": "memory per GPU"}
 
 
-def quantity(node):
+def quantity(node) -> str:
     if isinstance(node, ast.Attribute):
         return QUANT.get(node.attr, node.attr.replace("_", " "))
     if isinstance(node, ast.Subscript):

@@ -1,9 +1,7 @@
 """Numbers by construction: every figure a quiz or a notebook's prose states comes from its source.
 
-A text writes a figure as a placeholder, `{{ name }}` or `{{ name :format }}` (a Python format spec:
-`{{ ref_qlora_16x1_allocated_gib :.2f }}`), where `name` is a named figure of course_utils/chapter/figures.yaml
-(course_utils.chapter.figures), arithmetic over such names allowed. Each name is one expression there, evaluated
-with these names:
+A text writes a figure as `{{ name }}` or `{{ name :format }}` (`{{ ref_qlora_16x1_allocated_gib :.2f }}`), `name`
+a figure of course_utils/chapter/figures.yaml (arithmetic over names allowed): one expression there over these names:
 
   ref(label, model="llama-3.1-8b")  a shipped H200 reference run (course_utils/reference/), by its label
   est(recipe, hardware="cpu")       the course's estimator: an Estimate (.peak_bytes, .by_category, ...)
@@ -306,8 +304,7 @@ def render_value(expression: str):
     if found and "(" not in found.group(2):
         expr, spec = found.group(1), found.group(2)
     try:
-        # restricted: names, attributes, calls, bounded arithmetic, a deadline; named figures from figures.yaml
-        value = evaluate(expr, figures.names_for(expr, namespace))
+        value = evaluate(expr, figures.names_for(expr, namespace))  # restricted (safe_eval), with named figures
     except FactError:
         raise
     except Exception as exc:

@@ -285,6 +285,22 @@ def offline_examples() -> int:
     return len(_read_shipped())
 
 
+def own_check(notebook: str):
+    """A script cell trained on a GPU beside the course's measurement of its recipe (scripts/gpu/own_script_check.py,
+    course_utils/reference/own_script/): .script_gib and .course_gib (max allocated), .ratio, .model."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "reference" / "own_script"
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("notebook", "").startswith(notebook):
+                return SimpleNamespace(script_gib=r["script"]["max_allocated_gib"], ratio=r["ratio"], model=r["model"],
+                                       course_gib=r["course"]["max_allocated_gib"], device=r["device"])
+    raise FactError(f"no shipped own-script check of notebook {notebook} in {folder}")
+
+
 def namespace() -> dict:
     """The names a placeholder may use."""
 
@@ -292,7 +308,7 @@ def namespace() -> dict:
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
                 matmul=limits.measured_peak, tried=tried, profiled=profiled,
-                floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
+                floor=memory_floor, own_check=own_check, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 
 

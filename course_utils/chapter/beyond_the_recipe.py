@@ -336,10 +336,11 @@ def _solve_08(start: Recipe, hw: str) -> Recipe:
 _T08 = ("The chapter says \"{claim}\". Its own recipe on Llama-3.1-8B (`source_chapter_recipe(\"llama-3.1-8b\")`) "
         "is estimated to allocate {alloc} GiB at its peak on a bf16 GPU (what `torch.cuda.max_memory_allocated()` "
         "reads), against {gb} GB read strictly, as {gb} billion bytes = {budget} GiB (a card labelled {gb} GB "
-        "offers a little more: GPU memory is labelled in binary units). With this notebook's changes (`prepare_kbit=False`, "
-        "`offload_embeddings=True`, `liger_kernels=True`, `offload_activations=True`, another micro-batch at "
-        "the same {n} sequences per step), make the estimate allocate **at most** that while training the same "
-        "thing: the same model, 4-bit weights, LoRA, precision and sequence length.")
+        "offers a little more: GPU memory is labelled in binary units). With this notebook's changes (no "
+        "`prepare_model_for_kbit_training` call: `prepare_kbit = False`; `offload_embeddings = True`; "
+        "`use_liger_kernel=True`; `activation_offloading=True`; another `per_device_train_batch_size` at the same "
+        "{n} sequences per step), make the estimate allocate **at most** that while training the same thing: the "
+        "same model, 4-bit weights, LoRA, precision and sequence length.")
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)

@@ -179,7 +179,7 @@ def base_recipe(model: str) -> Recipe:
 
     On a CPU: micro-batch 4 x 256 tokens, 6 steps (2 warm-up, 1 tracked, 3 timed), learning rate
     1e-3 (the tiny model has random weights; LoRA needs bigger steps to show learning quickly).
-    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.75 GiB) holds
+    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (machine.T4_CARD_GIB) holds
     the small hub model's baseline; on Llama-3.1-8B the fp32 baseline is expected not to fit.
     """
 

@@ -19,9 +19,10 @@ What each writes, and from where:
   the setup cell.
 - exercises: chapter/exercises.py's exercise as five cells tagged "exercise" before the Markdown cell that says
   "Check what you measured": "## Try it"; `show_exercise` (its figures come from the notebook's base recipe);
-  `answer = None`; a collapsed solution cell (tags exercise + solution) whose button shows the worked solution;
-  `check_exercise`, which checks the worked solution while `answer` is None (so nbval tests it). A cell whose
-  source and tags are already right keeps its outputs and id.
+  the answer cell, the libraries' objects of the rung the task starts from (the learner changes the lines marked
+  `# <- ?`); a collapsed solution cell (tags exercise + solution) whose button shows the worked solution;
+  `check_exercise`, which checks the worked solution while the answer is still that rung (so nbval tests it).
+  A cell whose source and tags are already right keeps its outputs and id.
 - own-script: a heading and one literal code cell after each notebook's measurement, from build.library_objects of
   the recipe it names (chapter/own_script.py); tests/test_own_script.py holds every argument equal to build's.
 - glossary: chapter/glossary.with_links: a term's first prose mention becomes a link, or the Markdown cell above
@@ -131,21 +132,25 @@ QUIZ_MARK = "Check what you measured"
 INTRO = """## Try it
 
 A short task on this notebook's technique, set from this notebook's own recipe: the next cell shows it,
-with its figures computed when it runs. Write your answer as a recipe in `answer`, then run the check:
-it estimates your recipe with the course's estimator and says why it holds or not. The worked solution
-shows only when you ask for it: the cell after `answer` has a button (try the task first)."""
+with its figures computed when it runs. You answer in the libraries' own code: the answer cell holds the
+`SFTConfig` (and where the task needs them the `LoraConfig`, `BitsAndBytesConfig` or accelerate config) of
+the rung you start from. Change the lines marked `# <- ?`, run it, then run the check: the course reads
+your objects back into a recipe (`course_utils.from_library`), estimates it and says why it holds or not.
+The worked solution shows only when you ask for it: the cell after the answer has a button (try the task
+first)."""
 
 
 def exercise_block(ex) -> list[tuple[str, str, dict]]:
     """An exercise's cells as (cell type, source, metadata)."""
+    from course_utils.recipe import base_recipe_for
+
     name, base = ex.notebook, ex.base_name
     imports = "from course_utils.chapter.exercises import check_exercise, show_exercise, show_solution\n"
     show = imports + (ex.setup + "\n" if ex.setup else "") + f'\nshow_exercise("{name}", {base})'
     tags = {"tags": [TAG]}
-    kind = "answer" if ex.answer_kind == "gpus" else "recipe"
     return [("markdown", INTRO, tags),
             ("code", show, tags),
-            ("code", f"answer = None  # your {kind}: {ex.answer_hint}", tags),
+            ("code", ex.answer_cell(base_recipe_for("tiny", "cpu"), "cpu"), tags),  # the rung, in library code
             ("code", f'show_solution("{name}", {base})',
              {"jupyter": {"source_hidden": True}, "tags": [TAG, SOLUTION_TAG]}),
             ("code", f'check_exercise("{name}", answer, {base})', tags)]

@@ -451,7 +451,7 @@ def pinned(text: str) -> list[tuple[str, str, str]]:
 
 def refresh(text: str) -> tuple[str, list[tuple[str, str, str]]]:
     """`text` with every pinned figure rewritten as its source gives it now, and the (was, now, expression) of each
-    one that changed: after a new reference run, `scripts/notebooks/write_notebooks.py figures`, then read the prose around them."""
+    one that changed: after a new reference run, `write_notebooks.py figures`, then read the prose around them."""
     changed = []
 
     def one(m: re.Match) -> str:

@@ -19,8 +19,10 @@ from course_utils.cli_config import config_estimate
 from course_utils.cli_recipe import (add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe,
                                      value_flags)
 from course_utils.distributed import fsdp_ready, rank_table
-from course_utils.estimate import (EstimateError, estimate, estimate_distributed, expected_memory_table,
-                                   format_expected_table)
+from course_utils.estimate.distributed import estimate_distributed
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.reports import expected_memory_table, format_expected_table
+from course_utils.estimate.shapes import EstimateError
 from course_utils.estimate.plan import BudgetError
 from course_utils.estimate.plan_multi import parse_gpu_budget
 from course_utils.estimate.planner import plan

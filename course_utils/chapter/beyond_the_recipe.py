@@ -36,7 +36,8 @@ from course_utils.chapter.exercises import (BEYOND_KNOBS, CLAIM, Exercise, REFER
                                             _gib, _only, _same_steps, claim_bytes)
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, shipped
-from course_utils.estimate import estimate, model_shapes
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.plan import needed_bytes
 from course_utils.machine import HardwareError
 from course_utils.recipe import Recipe, source_chapter_recipe

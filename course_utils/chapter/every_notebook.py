@@ -13,7 +13,9 @@ from string import Template
 from course_utils import build, machine
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB, __version__
-from course_utils.estimate import comparison_header, comparison_lines, estimate, lora_shapes
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.reports import comparison_header, comparison_lines
+from course_utils.estimate.terms import lora_shapes
 from course_utils.machine import apply_profile, release_memory
 from course_utils.models import no_progress_bars, resolve_model
 from course_utils.recipe import Recipe, base_recipe_for

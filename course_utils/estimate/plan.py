@@ -19,7 +19,9 @@ import statistics
 from dataclasses import dataclass
 
 from course_utils.common import GiB
-from course_utils.estimate import Estimate, estimate, model_shapes, same_setup
+from course_utils.estimate.peak import Estimate, estimate
+from course_utils.estimate.reports import same_setup
+from course_utils.estimate.shapes import model_shapes
 from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe
 from course_utils.results import all_reference_results, reference_results
 

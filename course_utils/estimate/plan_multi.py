@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 
 from course_utils.common import GiB
-from course_utils.estimate import EstimateError, STRATEGIES, estimate_distributed, run_recipe
+from course_utils.estimate.distributed import STRATEGIES, estimate_distributed, run_recipe
+from course_utils.estimate.shapes import EstimateError
 from course_utils.estimate.plan import (BudgetError, EFFECTIVE_BATCH, MARGIN_FACTOR, MARGIN_GIB, PlanRow, Speed,
                                         candidate_recipes, needed_bytes, parse_budget, short_name)
 from course_utils.machine import get_hardware

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_utils.common import GiB
-from course_utils.estimate import Estimate, estimate
+from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.plan import (BudgetError, EFFECTIVE_BATCH, MARGIN_FACTOR, MARGIN_GIB, PlanRow,
                                         candidate_recipes, needed_bytes, short_name, speed_of)
 from course_utils.estimate.plan_multi import multi_gpu_rows, multi_rule, multi_table, parse_gpu_budget

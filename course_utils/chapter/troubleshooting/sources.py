@@ -31,7 +31,7 @@ from course_utils.cli import main
 from course_utils.cli_env import env_report
 from course_utils.cli_recipe import estimate_base
 from course_utils.common import __version__
-from course_utils.estimate import estimate
+from course_utils.estimate.peak import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.machine import PROFILES, get_hardware, resolve_precision
 from course_utils.models import TINY_CONFIG, _with_deadline, hub_error, shipped_token_count

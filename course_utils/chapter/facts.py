@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from course_utils.estimate import terms as E
-from course_utils.chapter import beyond_the_recipe as beyond, toward_the_limit
-from course_utils.chapter.mixed_precision import tf32_run as tf32
+from course_utils.chapter import shipped_runs as beyond, toward_the_limit
+from course_utils.chapter.shipped_runs import tf32_run as tf32
 from course_utils.chapter.t4 import record_for, runs
 from course_utils.chapter.toward_the_limit import profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped

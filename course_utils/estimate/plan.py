@@ -20,9 +20,8 @@ from dataclasses import dataclass
 
 from course_utils.common import GiB
 from course_utils.estimate.peak import Estimate, estimate
-from course_utils.estimate.reports import same_setup
 from course_utils.estimate.shapes import model_shapes
-from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe
+from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, same_setup
 from course_utils.results import all_reference_results, reference_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)

@@ -10,7 +10,6 @@ import json
 from course_utils.build import lora_config
 from course_utils.chapter.every_notebook import load_for_inspection, needs_4bit_here, releases_memory
 from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _only, _positions, _refuse, _saving
-from course_utils.chapter.gradient_accumulation import set_seed_all
 from course_utils.common import GiB, MiB, shipped
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, speed_words
@@ -70,11 +69,12 @@ def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads:
 
     import torch
     from peft import get_peft_model
+    from transformers import set_seed
 
 
     recipe = Recipe(model=model, gradient_checkpointing=True)
     loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
-    set_seed_all(recipe.seed)
+    set_seed(recipe.seed)
     peft_model = get_peft_model(loaded, lora_config(recipe))
     inner = peft_model.get_base_model()
     inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})

@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from course_utils.chapter import facts, texts
+from course_utils.chapter import facts
 from course_utils.chapter.every_notebook import release_url
 from course_utils.chapter.troubleshooting import sources as S
 from course_utils.chapter.troubleshooting.sources import Library, Logged, Produced, TroubleshootingError, version_of
+from course_utils.common import shipped
 
-GUIDE = texts.ROOT / "TROUBLESHOOTING.md"
+ROOT = shipped().parent  # a checkout: TROUBLESHOOTING.md and notebooks/ live beside the package
+GUIDE = ROOT / "TROUBLESHOOTING.md"
 BLOCK = "troubleshooting"
-ALL = tuple(sorted(p.name[:2] for p in (texts.ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
+ALL = tuple(sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
 
 
 Message = Produced | Library | Logged

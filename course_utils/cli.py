@@ -24,8 +24,7 @@ from course_utils.estimate.peak import estimate
 from course_utils.estimate.reports import expected_memory_table, format_expected_table
 from course_utils.estimate.shapes import EstimateError
 from course_utils.estimate.plan import BudgetError
-from course_utils.estimate.plan_multi import parse_gpu_budget
-from course_utils.estimate.planner import plan
+from course_utils.estimate.planner import parse_gpu_budget, plan
 from course_utils.cli_env import env_report
 from course_utils.machine import HardwareError, PROFILE_ENV
 from course_utils.measure import Outcome, Results, measure_all
@@ -237,7 +236,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _budget(text: str) -> tuple[int, int]:
     """argparse type for --budget: (GPUs, bytes per GPU): '16GiB' is (1, bytes), '2 x 15 GiB' two GPUs of 15 GiB
-    (plan_multi.parse_gpu_budget); or an error that names the input."""
+    (planner.parse_gpu_budget); or an error that names the input."""
 
     try:
         return parse_gpu_budget(text)

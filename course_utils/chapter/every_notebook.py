@@ -11,6 +11,7 @@ import sys
 from string import Template
 
 from course_utils import build, machine
+from course_utils.chapter.shipped_runs import describe_reference  # noqa: F401  (the notebooks' import)
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB, __version__
 from course_utils.estimate.peak import estimate
@@ -22,7 +23,7 @@ from course_utils.recipe import Recipe, base_recipe_for
 from course_utils.results import reference_results
 from course_utils.show.plots import technique_figure as figure
 from course_utils.show.report import not_measured
-from course_utils.show.tables import wrap, wrap_parts
+from course_utils.show.tables import wrap
 
 def releases_memory(fn):
     """Run fn, then give the GPU memory its models held back to the card."""
@@ -196,34 +197,6 @@ def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
     if missing:
         raise KeyError(f"no reference run labelled {missing}; available: {sorted(ref)}")
     return [ref[label] for label in labels]
-
-
-def describe_reference(ms, prefix: str = "") -> str:
-    """The provenance of reference points: GPU, driver, versions, and each measurement run shown (its id, date
-    and command): ratios between points are only meaningful within one run. `prefix` starts the first line
-    ("reference: "); lines are at most 100 characters, broken between its parts."""
-
-    if not ms:
-        return prefix + "no reference points"
-    env = ms[0].env
-    v = env["versions"]
-    runs: dict[str, list] = {}
-    for m in ms:
-        runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
-    shown = [f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
-             else f"`{key}`" for key, group in runs.items()]
-    versions = [f"torch {v['torch']}", f"transformers {v['transformers']}", f"peft {v['peft']}", f"trl {v['trl']}",
-                f"bitsandbytes {v['bitsandbytes']}"] + ([f"liger-kernel {v['liger-kernel']}"] if "liger-kernel" in v else [])
-    env_parts = [f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')})"] + versions
-    pieces = [p + "," for p in env_parts[:-1]] + [env_parts[-1] + ";"] + [p + ";" for p in shown[:-1]] + shown[-1:]
-    return wrap_parts(pieces, " ", first=prefix)
-
-
-def _base_command(command: str) -> str:
-    """A reference run's command without the parts that split one run over several calls (--first, --only)."""
-    import re
-
-    return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")
 
 
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):

@@ -1,7 +1,8 @@
 """The shipped GPU runs that notebooks 04, 09 and 10 and the pinned facts (course_utils.chapter.facts) read, below
 their rooms: notebook 09's runs of scripts/gpu/beyond_recipe.py and the peer's (course_utils/reference/beyond/), its
-targets, the side-by-side table and how two runs' losses agree (beyond_the_recipe.py re-exports them), and notebook
-04's TF32 run (course_utils/reference/tf32/; mixed_precision.py re-exports it).
+targets, the side-by-side table and how two runs' losses agree (beyond_the_recipe.py re-exports them), notebook
+04's TF32 run (course_utils/reference/tf32/; mixed_precision.py re-exports it), and the provenance of reference
+points every notebook prints (describe_reference; every_notebook.py re-exports it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from course_utils.common import GiB
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import shipped_results
-from course_utils.show.tables import Column, Table
+from course_utils.show.tables import Column, Table, wrap_parts
 
 # the issue's targets, as ratios against the source recipe measured in the same run
 LEAN_MAX_RATIO = 0.70
@@ -193,3 +194,31 @@ def tf32_run(kind: str):
     if kind not in by:
         raise KeyError(f"no TF32 reference run {kind!r}; there are: {sorted(by)}")
     return by[kind]
+
+
+def describe_reference(ms, prefix: str = "") -> str:
+    """The provenance of reference points: GPU, driver, versions, and each measurement run shown (its id, date
+    and command): ratios between points are only meaningful within one run. `prefix` starts the first line
+    ("reference: "); lines are at most 100 characters, broken between its parts."""
+
+    if not ms:
+        return prefix + "no reference points"
+    env = ms[0].env
+    v = env["versions"]
+    runs: dict[str, list] = {}
+    for m in ms:
+        runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
+    shown = [f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
+             else f"`{key}`" for key, group in runs.items()]
+    versions = [f"torch {v['torch']}", f"transformers {v['transformers']}", f"peft {v['peft']}", f"trl {v['trl']}",
+                f"bitsandbytes {v['bitsandbytes']}"] + ([f"liger-kernel {v['liger-kernel']}"] if "liger-kernel" in v else [])
+    env_parts = [f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')})"] + versions
+    pieces = [p + "," for p in env_parts[:-1]] + [env_parts[-1] + ";"] + [p + ";" for p in shown[:-1]] + shown[-1:]
+    return wrap_parts(pieces, " ", first=prefix)
+
+
+def _base_command(command: str) -> str:
+    """A reference run's command without the parts that split one run over several calls (--first, --only)."""
+    import re
+
+    return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")

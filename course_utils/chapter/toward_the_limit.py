@@ -26,9 +26,8 @@ import statistics
 from dataclasses import dataclass
 
 from course_utils.chapter import shipped_runs
-from course_utils.chapter.shipped_runs import (batching, by_label, format_rows, loss_table, peer_reference, reference,
-                                               source)
-from course_utils.chapter.every_notebook import describe_reference
+from course_utils.chapter.shipped_runs import (batching, by_label, describe_reference, format_rows, loss_table,
+                                               peer_reference, reference, source)
 from course_utils.common import GiB, json_lines, shipped
 from course_utils.estimate import limits
 from course_utils.estimate.limits import against, datasheet_peak, flops_per_token, memory_floor

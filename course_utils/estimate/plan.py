@@ -292,7 +292,7 @@ class PlanRow:
     needed: int
     fits: bool
     speed: Speed
-    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (plan_multi.py)
+    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (planner.py)
     gpus: int = 1
 
 

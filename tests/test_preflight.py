@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -223,7 +224,7 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(capsys, monkeypatch, tmp_p
 
 
 def test_temporary_folders_of_dead_processes_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(child.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"course-run-{dead.pid}-abc"

@@ -23,8 +23,8 @@ from unittest import mock
 
 from course_utils import machine as hardware, models
 from course_utils.chapter import facts, t4
-from course_utils.chapter.every_notebook import SMALL_HUB_MODEL, choose_model, setup_cell
-from course_utils.chapter.gradient_checkpointing import lora_grads_under_checkpointing
+from course_utils.chapter.every_notebook import (SMALL_HUB_MODEL, choose_model, lora_grads_under_checkpointing,
+                                               setup_cell)
 from course_utils.chapter.t4 import VARIANTS, defect, record_for
 from course_utils.checks import check_data, check_hardware, check_machine
 from course_utils.cli import main

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from course_utils.common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
 from course_utils.common import file_lock as _file_lock, lock_path as _lock_path
+from course_utils.hub import HUB_TIMEOUT_ENV, _in_hub_cache, _quiet_hub, hub_timeout
 
 TINY = "tiny"
 
@@ -366,17 +367,6 @@ def resolve_model(model: str) -> str:
     )
 
 
-HUB_TIMEOUT_ENV = "COURSE_HUB_TIMEOUT"  # seconds the course waits on one hub call (default 20)
-
-
-def hub_timeout() -> float:
-    """The deadline of one hub call, from $COURSE_HUB_TIMEOUT (default 20 s)."""
-    try:
-        return max(0.1, float(os.environ.get(HUB_TIMEOUT_ENV, "20")))
-    except ValueError:
-        return 20.0
-
-
 def hub_error(model: str, exc: BaseException) -> ModelUnavailableError:
     """The one-line error for a hub id that failed to load: gated, unknown, or unreachable."""
     chain, seen = [], exc
@@ -460,29 +450,3 @@ def load_config(model: str):
         raise
     except Exception as exc:
         raise hub_error(model, exc) from None
-
-
-@contextlib.contextmanager
-def _quiet_hub():
-    """No retry warnings from huggingface_hub and transformers while we wait (the error says it all)."""
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "transformers")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR + 10)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _in_hub_cache(model_id: str) -> bool:
-    """True when a hub model's config is already in the local hub cache."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
-    except Exception:
-        return False

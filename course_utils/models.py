@@ -16,8 +16,10 @@ import tempfile
 from pathlib import Path
 
 from course_utils.common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
+from course_utils.common import corpus_text
 from course_utils.common import file_lock as _file_lock, lock_path as _lock_path
-from course_utils.hub import HUB_TIMEOUT_ENV, _in_hub_cache, _quiet_hub, hub_timeout
+from course_utils.hub import (HUB_TIMEOUT_ENV, LAST_HUB_ANSWER, _in_hub_cache, _offline_mode, _quiet_hub, hub_address,
+                              hub_reachable, hub_timeout)
 
 TINY = "tiny"
 
@@ -205,8 +207,6 @@ def _build_tiny(target: Path, rebuild: bool) -> Path:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from course_utils.data import corpus_text
-
         tokenizer = build_tokenizer(corpus_text())
         vocab = -(-len(tokenizer) // 64) * 64
         config = LlamaConfig(vocab_size=vocab, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -247,8 +247,6 @@ def shipped_token_count() -> int:
     with contextlib.suppress(OSError, ValueError, KeyError):
         return int(json.loads(cache.read_text())["tokens"])
     from transformers import AutoTokenizer
-
-    from course_utils.data import corpus_text
 
     ids = AutoTokenizer.from_pretrained(folder)(corpus_text())["input_ids"]
     tokens = sum(len(i) + 1 for i in ids)
@@ -349,8 +347,6 @@ def resolve_model(model: str) -> str:
     Raises ModelUnavailableError at once (not after a 46 s hub time-out) when a hub id cannot be
     reached, and says how to use the embedded default instead.
     """
-    from course_utils.data import hub_reachable
-
     if model == TINY:
         return str(tiny_model_path())
     if is_preset(model):
@@ -432,11 +428,7 @@ def load_config(model: str):
             raise ModelUnavailableError(f"The folder {model!r} holds no readable model config.json "
                                         f"({type(exc).__name__}): pass a model's folder.") from None
     if not _in_hub_cache(model):
-        from course_utils.data import hub_address, hub_reachable
-
         if not hub_reachable():
-            from course_utils.data import LAST_HUB_ANSWER, _offline_mode
-
             host, port = hub_address()
             why = ("HF_HUB_OFFLINE is set" if _offline_mode() else
                    LAST_HUB_ANSWER[0] or f"{host}:{port} did not accept a connection within 2 s")

@@ -102,7 +102,7 @@ def test_a_hub_that_never_answers_gives_an_error_within_the_deadline(silent_hub)
 
 
 def test_a_hub_that_refuses_fails_at_once_without_a_config_read(monkeypatch):
-    monkeypatch.setattr("course_utils.data.hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=2.0: False)
     monkeypatch.setattr(models, "_in_hub_cache", lambda model_id: False)
     with pytest.raises(ModelUnavailableError, match="HF_HUB_OFFLINE is set"):
         models.load_config("someone/nonsense")

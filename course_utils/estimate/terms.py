@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_utils.common import CATEGORIES as _CATEGORIES
-from course_utils.machine import Hardware
+from course_utils.common import CATEGORIES as _CATEGORIES, Hardware
 from course_utils.recipe import Recipe, RecipeError
 
 

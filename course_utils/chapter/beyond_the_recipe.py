@@ -29,10 +29,9 @@ toward_the_limit, limit_table).
 from __future__ import annotations
 
 from course_utils import machine, measure
-from course_utils.chapter.shipped_runs import (CHECKS, FAST_MAX_GIB, FAST_MIN_SPEEDUP, LEAN_MAX_GIB, LEAN_MAX_RATIO,  # noqa: F401
-                                               LOSSES_APART, Row, batching, by_label, format_rows, loss_agreement,
-                                               loss_table, peer_reference, reference, rows, rows_table, source,
-                                               target_checks)
+from course_utils.chapter.shipped_runs import (  # noqa: F401  (notebooks 09 and 10, the scripts: beyond.<name>)
+    CHECKS, FAST_MAX_GIB, FAST_MIN_SPEEDUP, LEAN_MAX_GIB, LEAN_MAX_RATIO, LOSSES_APART, Row, batching, by_label,
+    format_rows, loss_agreement, loss_table, peer_reference, reference, rows, rows_table, source, target_checks)
 from course_utils.chapter.exercises import (BEYOND_KNOBS, CLAIM, Exercise, REFERENCE_MODEL, Verdict, _est, _first,
                                             _gib, _only, _same_steps, claim_bytes)
 from course_utils.checks import check_hardware

@@ -159,7 +159,8 @@ def peer_run_report(model: str = "llama-3.1-8b") -> str:
     peer_line = (f"{name} {v.get(name)} in a site directory of its own: transformers {v.get('transformers')}, "
                  f"trl {v.get('trl')}, datasets {v.get('datasets')}")
     return (describe_reference(ours) + "\n" + peer_line + "\n\n```\n"
-            + format_rows(shipped_runs.rows(ours, peers=theirs)) + "\n\n" + "\n".join(peer_check_lines(ours, theirs)) + "\n\n" + str(loss_table(ours + theirs)) + "\n```")
+            + format_rows(shipped_runs.rows(ours, peers=theirs))
+            + "\n\n" + "\n".join(peer_check_lines(ours, theirs)) + "\n\n" + str(loss_table(ours + theirs)) + "\n```")
 
 
 def peer_summary(runs: list) -> dict:

@@ -25,9 +25,8 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from course_utils.chapter import shipped_runs
 from course_utils.chapter.shipped_runs import (batching, by_label, describe_reference, format_rows, loss_table,
-                                               peer_reference, reference, source)
+                                               peer_reference, reference, rows as ratio_rows, source)
 from course_utils.common import GiB, json_lines, shipped
 from course_utils.estimate import limits
 from course_utils.estimate.limits import against, datasheet_peak, flops_per_token, memory_floor
@@ -159,7 +158,7 @@ def peer_run_report(model: str = "llama-3.1-8b") -> str:
     peer_line = (f"{name} {v.get(name)} in a site directory of its own: transformers {v.get('transformers')}, "
                  f"trl {v.get('trl')}, datasets {v.get('datasets')}")
     return (describe_reference(ours) + "\n" + peer_line + "\n\n```\n"
-            + format_rows(shipped_runs.rows(ours, peers=theirs))
+            + format_rows(ratio_rows(ours, peers=theirs))
             + "\n\n" + "\n".join(peer_check_lines(ours, theirs)) + "\n\n" + str(loss_table(ours + theirs)) + "\n```")
 
 

@@ -169,7 +169,7 @@ ENTRIES: tuple[Entry, ...] = (
         evidence=(Library("", "huggingface_hub", "utils/_runtime.py", ('"google.colab" in str(get_ipython())',)),
                   Library("", "huggingface_hub", "utils/_auth.py",
                           ('userdata.get("HF_TOKEN")', "_get_token_from_environment()")),
-                  Library("", "course_utils", "measure.py", ("env = dict(os.environ,",))),
+                  Library("", "course_utils", "launch.py", ("env = dict(os.environ,",))),
         notebooks=("00", "07")),
     Entry(
         "hub", "The hub does not answer",

@@ -7,88 +7,28 @@ which imports this module, never the reverse.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import math
 import os
-import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from course_utils import machine
 from course_utils.build import build
 from course_utils.common import GiB
-from course_utils.guards import alive, beside_callback, loss_problem, measuring
+from course_utils.guards import beside_callback, loss_problem, measuring
+from course_utils.launch import (CHILD_ERRORS, LAUNCHED_ENV, PROGRESS, RUN_ID_ENV, TEMP_PREFIXES,  # noqa: F401
+                                 MeasurementError, _child_error, _command, _does_not_fit, _env_dict, _now,
+                                 temp_folder)
 from course_utils.machine import apply_profile, resolve_precision
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, environment
 
-LAUNCHED_ENV = "COURSE_LAUNCHED_AT"  # when the parent started a measuring child (time.time())
-RUN_ID_ENV = "COURSE_RUN_ID"  # the measurement run a result belongs to (scripts/gpu/reference_runs.py sets it)
-
-
-class MeasurementError(RuntimeError):
-    """The training process failed for a reason other than memory; the message has its log's tail."""
-
-
-TEMP_PREFIXES = ("course-measure-", "course-run-")  # + the owner's pid: see temp_folder()
-
-
-def temp_folder(prefix: str) -> tempfile.TemporaryDirectory:
-    """A temporary folder named after this process (prefix + pid + '-'), removed when its block ends. Those
-    of processes that no longer exist (killed with kill -9, which no cleanup survives) are removed first."""
-    root = Path(tempfile.gettempdir())
-    for stale in root.glob(f"{prefix}*-*"):
-        pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
-    return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-")
-
-
-CHILD_ERRORS = ("RecipeError", "HardwareError", "ModelUnavailableError", "MeasurementError")
-
-
-def _child_error(exc: BaseException) -> dict:
-    """What a child writes instead of a result when the recipe cannot run: the error's type and message."""
-    return {"child_error": type(exc).__name__, "message": str(exc)}
-
-
-def _does_not_fit(recipe: Recipe, why: str) -> Measurement:
-    """A 'does not fit' result, for when the process died before it could write one."""
-
-    env = environment()
-    return Measurement(recipe=recipe.to_dict(), recipe_key=recipe.key, env=_env_dict(env), env_key=env.key,
-                       status="does_not_fit", error=why, date=_now(), command=_command(),
-                       run_id=os.environ.get(RUN_ID_ENV, ""))
-
-
 # ---------------------------------------------------------------------------------------------
 # child side
 # ---------------------------------------------------------------------------------------------
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _command() -> str:
-    """The command that asked for this measurement (the parent's, passed down to the child)."""
-    if os.environ.get("COURSE_COMMAND"):
-        return os.environ["COURSE_COMMAND"]
-    argv = list(sys.argv)
-    if argv and argv[0].endswith(("ipykernel_launcher.py", "ipykernel/__main__.py")):
-        return "jupyter notebook"
-    return shlex.join([Path(argv[0]).name] + argv[1:]) if argv and argv[0] else "python (interactive)"
-
-
-def _env_dict(env) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(env)
-
-
 def _startup_s() -> float:
     """Seconds from the parent starting this measuring process to now (its imports), or 0.0 in-process."""
     try:
@@ -240,9 +180,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     Path(args.out).write_text(result)
     return 0
-
-PROGRESS = "@@course-progress"  # the prefix of a progress line the child prints for its parent
-
 
 class Probe:
     """Trainer callback + hooks: phases for the tracker, the tracked step, timing, losses."""

@@ -19,11 +19,12 @@ from course_utils.cli_config import config_estimate
 from course_utils.cli_recipe import (add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe,
                                      value_flags)
 from course_utils.distributed import fsdp_ready, rank_table
-from course_utils.estimate import (EstimateError, estimate, estimate_distributed, expected_memory_table,
-                                   format_expected_table)
+from course_utils.estimate.distributed import estimate_distributed
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.reports import expected_memory_table, format_expected_table
+from course_utils.estimate.shapes import EstimateError
 from course_utils.estimate.plan import BudgetError
-from course_utils.estimate.plan_multi import parse_gpu_budget
-from course_utils.estimate.planner import plan
+from course_utils.estimate.planner import parse_gpu_budget, plan
 from course_utils.cli_env import env_report
 from course_utils.machine import T4_CARD_GIB, HardwareError, PROFILE_ENV
 from course_utils.measure import Outcome, Results, measure_all
@@ -235,7 +236,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _budget(text: str) -> tuple[int, int]:
     """argparse type for --budget: (GPUs, bytes per GPU): '16GiB' is (1, bytes), '2 x 15 GiB' two GPUs of 15 GiB
-    (plan_multi.parse_gpu_budget); or an error that names the input."""
+    (planner.parse_gpu_budget); or an error that names the input."""
 
     try:
         return parse_gpu_budget(text)

@@ -7,7 +7,8 @@ import argparse
 import sys
 from course_utils.checks import check_positions
 from course_utils.cli_recipe import recipe_from_flags
-from course_utils.estimate import estimate, estimate_distributed
+from course_utils.estimate.distributed import estimate_distributed
+from course_utils.estimate.peak import estimate
 from course_utils.from_library import LibraryConfigError, read_trl_config
 from course_utils.models import load_config
 

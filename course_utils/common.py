@@ -1,12 +1,16 @@
-"""The low-level facts every layer shares, in one place: the byte units, the memory categories, where the
-course keeps what it builds, where its shipped files lie, and the one file lock (models, results store).
+"""The low-level facts every layer shares, in one place: the byte units, the memory categories, the device an
+estimate assumes, where the course keeps what it builds, where its shipped files lie (and the shipped records as
+training text), and the one file lock (models, results store).
 Imports nothing of the course's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 __version__ = "0.1.0"  # how the course measures has a version of its own: provenance.MEASUREMENT_METHOD
@@ -18,6 +22,20 @@ GiB = 1024**3
 # What a byte of training memory is for (memtrack's tagging, a Measurement's peak_by_category); the
 # estimator predicts the first five ("other" is what no tag claims).
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+
+
+# The device an estimate assumes (course_utils.estimate): machine.HARDWARE names the course's three.
+@dataclass(frozen=True)
+class Hardware:
+    """What the estimate assumes about the device: its kind, 'auto' precision and attention kernel."""
+
+    name: str
+    device: str  # "cuda" or "cpu"
+    auto_precision: str  # what precision="auto" becomes there
+    flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
+    memory_gib: float | None = None  # usable memory, when the hardware fixes it
+    short: str = ""  # a few words for table headers
+    compute_capability: tuple[int, int] | None = None  # whose CUDA libraries' workspaces the estimate counts
 
 
 def shipped(*parts: str) -> Path:
@@ -35,6 +53,45 @@ def json_lines(text: str) -> list[dict]:
 
 # The shipped instruction data (course_utils/data), used when the hub's datasets cannot be reached.
 SHIPPED_DATA = shipped("data", "instructions.jsonl")
+
+
+# The shipped instruction records (data.py loads them as a dataset) as the training text the tiny tokenizer is
+# built on (models.py) and data.to_text_dataset writes: one format_prompt per record.
+def _check_n(n: int | None) -> None:
+    """Raise ValueError unless n is None or a positive int."""
+    if n is None:
+        return
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise ValueError(f"n must be a positive int or None (meaning all records), got {n!r}")
+
+
+def _read_shipped() -> list[dict[str, str]]:
+    """Read the shipped JSON-lines file into a list of dicts."""
+    with SHIPPED_DATA.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def format_prompt(record: Mapping[str, str]) -> str:
+    """Turn one record into training text (Alpaca/dolly layout; no Context block if it is empty)."""
+    missing = [field for field in ("instruction", "response") if field not in record]
+    if missing:
+        raise ValueError(
+            f"format_prompt needs the field(s) {missing} but the record only has {sorted(record)}. "
+            'Note: the source chapter used dataset_text_field="text", which fails on dolly because '
+            'dolly has no "text" column; that is why we build the text with format_prompt.'
+        )
+    parts = [f"### Instruction:\n{record['instruction'].strip()}"]
+    context = (record.get("context") or "").strip()
+    if context:
+        parts.append(f"### Context:\n{context}")
+    parts.append(f"### Response:\n{record['response'].strip()}")
+    return "\n\n".join(parts)
+
+
+def corpus_text(n: int | None = None) -> list[str]:
+    """Return the formatted texts of the shipped records (the first n if given)."""
+    _check_n(n)
+    return [format_prompt(r) for r in _read_shipped()[:n]]
 
 
 def course_home() -> Path:

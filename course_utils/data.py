@@ -22,15 +22,14 @@ Which source was used is recorded in ``ds.info.description``: it is exactly
 from __future__ import annotations
 
 import datasets
-import json
-import os
-import socket
 import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from course_utils.common import SHIPPED_DATA
+from course_utils.common import SHIPPED_DATA, _check_n, _read_shipped, corpus_text, format_prompt  # noqa: F401
+from course_utils.hub import (HUB_CHECK_ENV, LAST_HUB_ANSWER, _offline_mode, hub_address, hub_answer,  # noqa: F401
+                              hub_check_timeout, hub_reachable)
 from course_utils.show.tables import wrap
 
 SHIPPED_PATH: Path = SHIPPED_DATA
@@ -43,97 +42,9 @@ class ShippedDataWarning(UserWarning):
 
 
 SOURCES = ("auto", "hub", "shipped")
-_TRUTHY = {"1", "true", "yes", "on"}
-
-
-def _check_n(n: int | None) -> None:
-    """Raise ValueError unless n is None or a positive int."""
-    if n is None:
-        return
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise ValueError(f"n must be a positive int or None (meaning all records), got {n!r}")
-
-
 def _first(ds: datasets.Dataset, n: int | None) -> datasets.Dataset:
     """Return the first n rows of ds (all of them if n is None or larger)."""
     return ds if n is None else ds.select(range(min(n, len(ds))))
-
-
-def _read_shipped() -> list[dict[str, str]]:
-    """Read the shipped JSON-lines file into a list of dicts."""
-    with SHIPPED_PATH.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _offline_mode() -> bool:
-    """Return True if HF_HUB_OFFLINE (or HF_DATASETS_OFFLINE) is set to a truthy value."""
-    return any(
-        os.environ.get(var, "").strip().lower() in _TRUTHY
-        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
-def hub_address() -> tuple[str, int]:
-    """(host, port) of the hub: huggingface.co:443, or where HF_ENDPOINT points (a mirror, a test server)."""
-    from urllib.parse import urlsplit
-
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    return url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-
-
-HUB_CHECK_ENV = "COURSE_HUB_CHECK_TIMEOUT"  # seconds the hub check waits to connect, and then for a reply (2)
-
-
-def hub_check_timeout() -> float:
-    """How long hub_reachable waits (to connect, then for the reply): $COURSE_HUB_CHECK_TIMEOUT, default 2 s."""
-    try:
-        return max(0.01, float(os.environ.get(HUB_CHECK_ENV, "2")))
-    except ValueError:
-        return 2.0
-
-
-def hub_answer(timeout: float | None = None) -> tuple[bool, str]:
-    """(True, '') when the hub (huggingface.co:443, or HF_ENDPOINT) answers a request within `timeout` seconds to
-    connect and as long again to reply; else (False, why): offline mode, no connection, or a connection that
-    was accepted and never answered (a proxy or a firewall that holds it open)."""
-    if _offline_mode():
-        return False, "offline mode is set"
-    timeout = hub_check_timeout() if timeout is None else timeout
-    from urllib.parse import urlsplit
-
-    host, port = hub_address()
-    secure = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").scheme != "http"
-    try:
-        conn = socket.create_connection((host, port), timeout=timeout)
-    except OSError as exc:  # no DNS, refused, timed out, no route...
-        return False, f"no connection to {host}:{port} within {timeout:g} s ({type(exc).__name__})"
-    try:
-        conn.settimeout(timeout)
-        if secure:
-            import ssl
-
-            conn = ssl.create_default_context().wrap_socket(conn, server_hostname=host)
-        conn.sendall(f"HEAD / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-        if not conn.recv(1):
-            return False, f"{host}:{port} closed the connection without an answer"
-        return True, ""
-    except (socket.timeout, TimeoutError):
-        return False, f"{host}:{port} accepted the connection but did not answer within {timeout:g} s"
-    except OSError as exc:  # a TLS failure, a reset
-        return False, f"{host}:{port} accepted the connection, then failed ({type(exc).__name__}: {exc})"
-    finally:
-        conn.close()
-
-
-def hub_reachable(timeout: float | None = None) -> bool:
-    """Return True if the hub (huggingface.co:443, or HF_ENDPOINT) answers a request within `timeout` seconds
-    (hub_answer; False at once when offline mode is set, and for a connection accepted and never answered)."""
-    LAST_HUB_ANSWER[0] = ""
-    ok, LAST_HUB_ANSWER[0] = hub_answer(timeout)
-    return ok
-
-
-LAST_HUB_ANSWER = [""]  # why the last hub_reachable() call found no answer ("" when it did, or none was made)
 
 
 def load_shipped(n: int | None = None) -> datasets.Dataset:
@@ -209,23 +120,6 @@ def load_instructions(
         return _fallback(_describe(exc), n)
 
 
-def format_prompt(record: Mapping[str, str]) -> str:
-    """Turn one record into training text (Alpaca/dolly layout; no Context block if it is empty)."""
-    missing = [field for field in ("instruction", "response") if field not in record]
-    if missing:
-        raise ValueError(
-            f"format_prompt needs the field(s) {missing} but the record only has {sorted(record)}. "
-            'Note: the source chapter used dataset_text_field="text", which fails on dolly because '
-            'dolly has no "text" column; that is why we build the text with format_prompt.'
-        )
-    parts = [f"### Instruction:\n{record['instruction'].strip()}"]
-    context = (record.get("context") or "").strip()
-    if context:
-        parts.append(f"### Context:\n{context}")
-    parts.append(f"### Response:\n{record['response'].strip()}")
-    return "\n\n".join(parts)
-
-
 def _text_column(record: Mapping[str, str]) -> dict[str, str]:
     """Map one record to {"text": formatted prompt}."""
     return {"text": format_prompt(record)}
@@ -244,9 +138,3 @@ def to_text_dataset(ds: datasets.Dataset) -> datasets.Dataset:
 
 
 _TEXT_DATASETS: dict[str, datasets.Dataset] = {}  # to_text_dataset: fingerprint -> result (never changed in place)
-
-
-def corpus_text(n: int | None = None) -> list[str]:
-    """Return the formatted texts of the shipped records (the first n if given)."""
-    _check_n(n)
-    return [format_prompt(r) for r in _read_shipped()[:n]]

@@ -36,10 +36,10 @@ import sys
 from pathlib import Path
 
 from course_utils import checks, child
-from course_utils.child import CHILD_ERRORS, MeasurementError, TEMP_PREFIXES, _child_error, temp_folder
 from course_utils.common import GiB, MiB, shipped
+from course_utils.launch import (CHILD_ERRORS, MeasurementError, TEMP_PREFIXES, _child_error, _progress_bar,
+                                 _read_child_result, child_env, relay, temp_folder)
 from course_utils.machine import HardwareError, rank_info
-from course_utils.measure import _progress_bar, _read_child_result, child_env, relay
 from course_utils.recipe import Recipe, RecipeError
 from course_utils.results import (Measurement, ResultStore, STRATEGIES as _STORED_STRATEGIES, default_store,
                                   environment)

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 
 from course_utils.common import GiB, MiB  # noqa: F401  (hardware.GiB, hardware.MiB)
-from course_utils.common import GiB
+from course_utils.common import GiB, Hardware  # noqa: F401  (machine.Hardware: the devices below)
 
 def rank_info() -> tuple[int, int, int]:
     """(rank, world size, local rank) from the variables torchrun sets; (0, 1, 0) in a plain process."""
@@ -188,19 +188,6 @@ def bf16_supported() -> bool:
 # ---------------------------------------------------------------------------------------------
 # the devices an estimate assumes (course_utils.estimate), and the precision a recipe gets on them
 # ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Hardware:
-    """What the estimate assumes about the device: its kind, 'auto' precision and attention kernel."""
-
-    name: str
-    device: str  # "cuda" or "cpu"
-    auto_precision: str  # what precision="auto" becomes there
-    flash_attention: bool  # FlashAttention-2 kernels (compute capability 8.0+)
-    memory_gib: float | None = None  # usable memory, when the hardware fixes it
-    short: str = ""  # a few words for table headers
-    compute_capability: tuple[int, int] | None = None  # whose CUDA libraries' workspaces the estimate counts
-
-
 HARDWARE = {
     "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
                     "cuda", "bf16", True, short="a bf16 GPU", compute_capability=(9, 0)),  # the reference H200's

@@ -12,21 +12,18 @@ Running out of memory is a result ("does not fit"), not a crash.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils import checks, machine
-from course_utils.child import (LAUNCHED_ENV, MeasurementError, PROGRESS, TEMP_PREFIXES, _command, _does_not_fit,
-                                callback, run_here, temp_folder)
+from course_utils.child import callback, run_here  # noqa: F401
+from course_utils.launch import (TEMP_PREFIXES, MeasurementError, _does_not_fit, _progress_bar,  # noqa: F401
+                                 _read_child_result, child_env, relay, temp_folder)
 from course_utils.guards import measuring
-from course_utils.machine import HardwareError, resolve_precision
-from course_utils.models import ModelUnavailableError, uses_shipped_data
-from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, RecipeError, ladder
+from course_utils.machine import resolve_precision
+from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, ladder
 from course_utils.results import Measurement, ResultStore, default_store, environment
 from course_utils.show.report import results_table
 
@@ -80,17 +77,6 @@ def _as_asked(m: Measurement, recipe: Recipe) -> Measurement:
     return m
 
 
-def child_env(recipe: Recipe) -> dict:
-    """The measuring child's environment. A model trained on the shipped data ('tiny', a preset) never
-    needs the hub, so its child is told so and opens no connection."""
-
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1", COURSE_COMMAND=_command(),
-               **{LAUNCHED_ENV: repr(time.time())})
-    if uses_shipped_data(recipe.model):
-        env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    return env
-
-
 def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout_s: float | None) -> Measurement:
     """Start `python -m course_utils.measure`, relay its progress, read its JSON result."""
     with temp_folder(TEMP_PREFIXES[0]) as tmp:
@@ -108,92 +94,6 @@ def _run_child(recipe: Recipe, budget_gib: float | None, progress: bool, timeout
         if code in (-9, 137):  # the kernel's out-of-memory killer on CPU
             return _does_not_fit(recipe, "the training process was killed (out of host memory)")
         raise MeasurementError(f"measuring {recipe.name!r} failed (exit code {code}). Last lines of its log:\n{tail}")
-
-
-def relay(cmd: list[str], env: dict, bar, timeout_s: float | None, kill=None,
-          new_session: bool = False) -> tuple[int, list[str], bool]:
-    """Run a measuring process: its progress lines go to `bar` (a _StepBar, or None), every other line is kept
-    as its log; past timeout_s it is stopped with kill(proc) (default proc.kill(); distributed.py stops a whole
-    process group, started with new_session=True). Returns (exit code, log lines, whether it timed out)."""
-    kill = kill or (lambda p: p.kill())
-    log: list[str] = []
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=new_session)
-    timed_out = threading.Event()
-
-    def stop() -> None:
-        timed_out.set()
-        kill(proc)
-
-    watchdog = threading.Timer(timeout_s, stop) if timeout_s else None  # a silent hang is stopped too
-    if watchdog is not None:
-        watchdog.start()
-    try:
-        for line in proc.stdout:  # type: ignore[union-attr]
-            if line.startswith(PROGRESS):
-                if bar is not None:
-                    bar(*line.split()[1:3])
-            else:
-                log.append(line)
-        code = proc.wait()
-    finally:
-        if watchdog is not None:
-            watchdog.cancel()
-        if bar is not None:
-            bar.close()
-        if proc.poll() is None:
-            kill(proc)
-            proc.wait()
-        proc.stdout.close()  # type: ignore[union-attr]
-    return code, log, timed_out.is_set()
-
-
-def _read_child_result(d: dict) -> Measurement:
-    """The child's result, or the error it reported, raised here as the same type with the same one-line
-    message (no child traceback: the message says what was wrong and what to do)."""
-    if "child_error" not in d:
-        return Measurement.from_dict(d)
-
-    kinds = {"RecipeError": RecipeError, "HardwareError": HardwareError,
-             "ModelUnavailableError": ModelUnavailableError, "MeasurementError": MeasurementError}
-    raise kinds.get(d["child_error"], MeasurementError)(d["message"])
-
-
-PHASES = ("warm-up", "tracked", "timed")
-
-
-def phase_of(recipe: Recipe, step: int) -> str:
-    """Which part of a measurement optimizer step `step` (1-based) belongs to."""
-    if step <= recipe.warmup_steps:
-        return PHASES[0]
-    return PHASES[1] if step == recipe.warmup_steps + 1 else PHASES[2]
-
-
-class _StepBar:
-    """A tqdm bar over one recipe's optimizer steps, named after the recipe, that says which phase the
-    last step was in; called with (step, seconds of that step)."""
-
-    def __init__(self, recipe: Recipe):
-        from tqdm.auto import tqdm
-
-        self.recipe = recipe
-        self.bar = tqdm(total=recipe.steps, desc=recipe.name[:40], unit="step", leave=False)
-        self.bar.set_postfix_str("building the model")
-
-    def __call__(self, step, seconds=None) -> None:
-        step = int(step)
-        self.bar.update(step - self.bar.n)
-        took = f", {float(seconds):.1f} s" if seconds not in (None, "") else ""
-        ahead = phase_of(self.recipe, step + 1) if step < self.recipe.steps else "done"
-        self.bar.set_postfix_str(f"{phase_of(self.recipe, step)} step{took}; next: {ahead}")
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(recipe: Recipe, enabled: bool):
-    """A bar over the recipe's optimizer steps (auto: notebook widget or terminal), or None."""
-    return _StepBar(recipe) if enabled else None
 
 
 @dataclass(frozen=True)

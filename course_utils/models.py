@@ -16,7 +16,10 @@ import tempfile
 from pathlib import Path
 
 from course_utils.common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
+from course_utils.common import corpus_text
 from course_utils.common import file_lock as _file_lock, lock_path as _lock_path
+from course_utils.hub import (HUB_TIMEOUT_ENV, LAST_HUB_ANSWER, _in_hub_cache, _offline_mode, _quiet_hub, hub_address,
+                              hub_reachable, hub_timeout)
 
 TINY = "tiny"
 
@@ -204,8 +207,6 @@ def _build_tiny(target: Path, rebuild: bool) -> Path:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        from course_utils.data import corpus_text
-
         tokenizer = build_tokenizer(corpus_text())
         vocab = -(-len(tokenizer) // 64) * 64
         config = LlamaConfig(vocab_size=vocab, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -246,8 +247,6 @@ def shipped_token_count() -> int:
     with contextlib.suppress(OSError, ValueError, KeyError):
         return int(json.loads(cache.read_text())["tokens"])
     from transformers import AutoTokenizer
-
-    from course_utils.data import corpus_text
 
     ids = AutoTokenizer.from_pretrained(folder)(corpus_text())["input_ids"]
     tokens = sum(len(i) + 1 for i in ids)
@@ -348,8 +347,6 @@ def resolve_model(model: str) -> str:
     Raises ModelUnavailableError at once (not after a 46 s hub time-out) when a hub id cannot be
     reached, and says how to use the embedded default instead.
     """
-    from course_utils.data import hub_reachable
-
     if model == TINY:
         return str(tiny_model_path())
     if is_preset(model):
@@ -364,17 +361,6 @@ def resolve_model(model: str) -> str:
         f"or a preset with random weights and a real shape ({', '.join(PRESETS)}), "
         "or download the model first and pass its local folder."
     )
-
-
-HUB_TIMEOUT_ENV = "COURSE_HUB_TIMEOUT"  # seconds the course waits on one hub call (default 20)
-
-
-def hub_timeout() -> float:
-    """The deadline of one hub call, from $COURSE_HUB_TIMEOUT (default 20 s)."""
-    try:
-        return max(0.1, float(os.environ.get(HUB_TIMEOUT_ENV, "20")))
-    except ValueError:
-        return 20.0
 
 
 def hub_error(model: str, exc: BaseException) -> ModelUnavailableError:
@@ -442,11 +428,7 @@ def load_config(model: str):
             raise ModelUnavailableError(f"The folder {model!r} holds no readable model config.json "
                                         f"({type(exc).__name__}): pass a model's folder.") from None
     if not _in_hub_cache(model):
-        from course_utils.data import hub_address, hub_reachable
-
         if not hub_reachable():
-            from course_utils.data import LAST_HUB_ANSWER, _offline_mode
-
             host, port = hub_address()
             why = ("HF_HUB_OFFLINE is set" if _offline_mode() else
                    LAST_HUB_ANSWER[0] or f"{host}:{port} did not accept a connection within 2 s")
@@ -460,29 +442,3 @@ def load_config(model: str):
         raise
     except Exception as exc:
         raise hub_error(model, exc) from None
-
-
-@contextlib.contextmanager
-def _quiet_hub():
-    """No retry warnings from huggingface_hub and transformers while we wait (the error says it all)."""
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "transformers")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR + 10)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
-
-
-def _in_hub_cache(model_id: str) -> bool:
-    """True when a hub model's config is already in the local hub cache."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
-    except Exception:
-        return False

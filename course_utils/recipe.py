@@ -419,3 +419,16 @@ LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
     (r.label, {k: v for k, v in r.to_dict().items() if k != "label" and v != above.to_dict()[k]})
     for above, r in zip((Recipe(),) + tuple(ladder()), ladder()))
 RUNG_NAMES = tuple(label for label, _ in LADDER_STEPS)  # how a notebook names a rung: run_ladder(base, through=...)
+
+
+# Two recipes train the same when only these differ: knobs that do not move the peak (the estimator's setup).
+NOT_MEMORY_FIELDS = ("steps", "warmup_steps", "learning_rate", "seed", "label")
+
+
+def same_setup(a: Recipe, b: Recipe, ignore: tuple[str, ...] = ()) -> bool:
+    """True when two recipes train the same model the same way (steps, learning rate, seed, label aside), the
+    fields in `ignore` aside too."""
+    return all(getattr(a, k) == getattr(b, k) for k in _SETUP_FIELDS if k not in ignore)
+
+
+_SETUP_FIELDS = tuple(f.name for f in dataclasses.fields(Recipe) if f.name not in NOT_MEMORY_FIELDS)

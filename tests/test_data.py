@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -43,7 +44,7 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_network(*args, **kwargs):
         raise AssertionError("the tests must not touch the network")
 
-    monkeypatch.setattr(data.socket, "create_connection", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
     monkeypatch.setattr(data.datasets, "load_dataset", no_network)
 
 
@@ -222,7 +223,7 @@ def test_hub_reachable_never_raises(monkeypatch):
     def refuse(*args, **kwargs):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(data.socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
     assert data.hub_reachable(timeout=0.01) is False
 
 

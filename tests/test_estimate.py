@@ -247,7 +247,7 @@ def test_course_estimate_tiny_and_errors(tiny_model, capsys):
 
 
 # --- the package's layout ------------------------------------------------------------------------
-LAYERS = ("shapes", "terms", "activations", "peak", "reports", "distributed", "limits", "plan", "plan_multi",
+LAYERS = ("terms", "shapes", "activations", "peak", "reports", "distributed", "limits", "plan",
           "planner")  # each imports only those before it (and the package, whose __init__ names the first six)
 
 

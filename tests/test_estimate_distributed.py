@@ -138,7 +138,7 @@ def test_published_fsdp_qlora_anchor_is_plausible(capsys):
     ("1 x 16 GiB", (1, 16 * GIB)),
 ])
 def test_parse_gpu_budget(text, expected):
-    from course_utils.estimate.plan_multi import parse_gpu_budget
+    from course_utils.estimate.planner import parse_gpu_budget
 
     assert parse_gpu_budget(text) == expected
 
@@ -150,7 +150,7 @@ def test_parse_gpu_budget(text, expected):
 ])
 def test_bad_gpu_budget_names_the_input_and_the_form(text, words):
     from course_utils.estimate.plan import BudgetError
-    from course_utils.estimate.plan_multi import parse_gpu_budget
+    from course_utils.estimate.planner import parse_gpu_budget
 
     with pytest.raises(BudgetError) as info:
         parse_gpu_budget(text)

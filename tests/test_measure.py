@@ -111,7 +111,7 @@ def test_a_failing_child_raises_with_its_log(monkeypatch):
         code = "import sys; print('Traceback (most recent call last):'); print('ZeroDivisionError: boom'); sys.exit(1)"
         return real_popen([sys.executable, "-c", code], **kwargs)
 
-    monkeypatch.setattr(measure_mod.subprocess, "Popen", failing_child)
+    monkeypatch.setattr(subprocess, "Popen", failing_child)
     with pytest.raises(MeasurementError) as exc:
         measure_mod._run_child(Recipe(), None, False, None)
     msg = str(exc.value)
@@ -120,7 +120,7 @@ def test_a_failing_child_raises_with_its_log(monkeypatch):
 
 def test_a_missing_model_folder_is_refused_before_a_child_starts(tiny_model, tmp_path, monkeypatch):
     store = ResultStore(tmp_path / "results.jsonl")
-    monkeypatch.setattr(measure_mod.subprocess, "Popen", None)  # a child would fail the test
+    monkeypatch.setattr(subprocess, "Popen", None)  # a child would fail the test
     with pytest.raises(ModelUnavailableError) as exc:
         measure(Recipe(model=str(tmp_path / "nope"), steps=3, warmup_steps=1), store=store, progress=False)
     assert "nope" in str(exc.value) and "tiny" in str(exc.value)
@@ -133,7 +133,7 @@ def test_timeout_stops_a_silent_child(monkeypatch):
     def silent_child(cmd, **kwargs):  # stands in for a child that hangs without printing
         return real_popen([sys.executable, "-c", "import time; time.sleep(2)"], **kwargs)
 
-    monkeypatch.setattr(measure_mod.subprocess, "Popen", silent_child)
+    monkeypatch.setattr(subprocess, "Popen", silent_child)
     with pytest.raises(MeasurementError, match="took longer"):
         measure_mod._run_child(Recipe(), None, False, 0.2)
 

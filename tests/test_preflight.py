@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -101,7 +102,7 @@ def test_a_hub_that_never_answers_gives_an_error_within_the_deadline(silent_hub)
 
 
 def test_a_hub_that_refuses_fails_at_once_without_a_config_read(monkeypatch):
-    monkeypatch.setattr("course_utils.data.hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(models, "hub_reachable", lambda timeout=2.0: False)
     monkeypatch.setattr(models, "_in_hub_cache", lambda model_id: False)
     with pytest.raises(ModelUnavailableError, match="HF_HUB_OFFLINE is set"):
         models.load_config("someone/nonsense")
@@ -223,7 +224,7 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(capsys, monkeypatch, tmp_p
 
 
 def test_temporary_folders_of_dead_processes_are_removed(tmp_path, monkeypatch):
-    monkeypatch.setattr(child.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"course-run-{dead.pid}-abc"

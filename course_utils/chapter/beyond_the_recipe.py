@@ -28,32 +28,21 @@ toward_the_limit, limit_table).
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass
-
 from course_utils import machine, measure
+from course_utils.chapter.shipped_runs import (  # noqa: F401  (notebooks 09 and 10, the scripts: beyond.<name>)
+    CHECKS, FAST_MAX_GIB, FAST_MIN_SPEEDUP, LEAN_MAX_GIB, LEAN_MAX_RATIO, LOSSES_APART, Row, batching, by_label,
+    format_rows, loss_agreement, loss_table, peer_reference, reference, rows, rows_table, source, target_checks)
 from course_utils.chapter.exercises import (BEYOND_KNOBS, CLAIM, Exercise, REFERENCE_MODEL, Verdict, _est, _first,
                                             _gib, _only, _same_steps, claim_bytes)
 from course_utils.checks import check_hardware
-from course_utils.common import GiB, shipped
-from course_utils.estimate import estimate, model_shapes
+from course_utils.common import shipped
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.plan import needed_bytes
 from course_utils.machine import HardwareError
 from course_utils.recipe import TECHNIQUES, Recipe, source_chapter_recipe
-from course_utils.results import shipped_results
-from course_utils.show.tables import Column, Table
 
-# the issue's targets, as ratios against the source recipe measured in the same run
-LEAN_MAX_RATIO = 0.70
-LEAN_MAX_GIB = 5.7
-FAST_MAX_GIB = 16.0
-FAST_MIN_SPEEDUP = 8.0
 BEYOND = tuple(t for t in TECHNIQUES if t.where == "beyond")  # notebook 09's techniques, from the one table
-
-
-def source(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
-    """The source chapter's recipe (QLoRA 1x16, checkpointing, paged 8-bit AdamW, bf16, sequence 512)."""
-    return source_chapter_recipe(model).with_(steps=steps, warmup_steps=1, label="source recipe (1x16)")
 
 
 def path_from(src: Recipe) -> list[Recipe]:
@@ -155,153 +144,6 @@ def path_runnable(model: str) -> tuple[list[Recipe], dict[int, str]]:
                     dropped[t.fields[0]] = t.default
         recipes.append(recipe)
     return recipes, skip
-
-
-# ---------------------------------------------------------------------------------------------
-# the side-by-side table
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Row:
-    """One recipe beside the source recipe of the same run."""
-
-    label: str
-    allocated_gib: float
-    reserved_gib: float
-    tokens_per_s: float
-    memory_ratio: float  # allocated / the source's allocated
-    speed_ratio: float  # tokens/s / the source's tokens/s
-    peer_memory_ratio: float | None = None  # allocated / the peer's allocated at the same batching
-    peer_speed_ratio: float | None = None  # tokens/s / the peer's tokens/s at the same batching
-
-
-def rows(measurements: list, source_label: str | None = None, peers: list = ()) -> list[Row]:
-    """Rows with ratios against the source recipe among `measurements` (the first one by default), then the
-    peer's runs; with `peers`, every row also gets ratios against the peer's run at its batching (if any)."""
-    ok = [m for m in list(measurements) + list(peers) if m.fits and m.cuda_max_allocated]
-    if not ok:
-        return []
-    base = next((m for m in ok if m.label == source_label), ok[0])
-    at = {batching(p): p for p in peers if p.fits and p.cuda_max_allocated and p.tokens_per_s}
-    out = []
-    for m in ok:
-        p = at.get(batching(m))
-        out.append(Row(m.label, m.cuda_max_allocated / GiB, (m.cuda_max_reserved or 0) / GiB, m.tokens_per_s or 0.0,
-                       m.cuda_max_allocated / base.cuda_max_allocated,
-                       (m.tokens_per_s or 0.0) / base.tokens_per_s if base.tokens_per_s else 0.0,
-                       m.cuda_max_allocated / p.cuda_max_allocated if p else None,
-                       (m.tokens_per_s or 0.0) / p.tokens_per_s if p else None))
-    return out
-
-
-def rows_table(table: list[Row]) -> Table:
-    """The side-by-side table as a Table (course_utils.tables), with two columns of ratios to the peer when any
-    row has them."""
-    peer = any(r.peer_memory_ratio is not None for r in table)
-    columns = [Column("recipe", wrap=True), Column("allocated", "GiB", ".2f"), Column("reserved", "GiB", ".2f"),
-               Column("tokens/s", fmt=".0f"), Column("memory", "x src", ".2f"), Column("speed", "x src", ".2f")]
-    columns += [Column("memory", "x peer", ".2f"), Column("speed", "x peer", ".2f")] if peer else []
-    rows = [[r.label, r.allocated_gib, r.reserved_gib, r.tokens_per_s, r.memory_ratio, r.speed_ratio]
-            + ([r.peer_memory_ratio, r.peer_speed_ratio] if peer else []) for r in table]
-    return Table(columns, rows)
-
-
-def format_rows(table: list[Row]) -> str:
-    """rows_table as text (at most 100 characters a line)."""
-    return str(rows_table(table))
-
-
-def target_checks(src, lean_m, fast_m) -> list[tuple[str, str, bool]]:
-    """(target, what was measured, met?) for the issue's lean and fast targets."""
-    out = []
-    if src is None or not src.fits:
-        return out
-    s_alloc, s_speed = src.cuda_max_allocated / GiB, src.tokens_per_s
-    if lean_m is not None and lean_m.fits:
-        a = lean_m.cuda_max_allocated / GiB
-        out.append((f"lean: allocated <= {LEAN_MAX_RATIO:.2f} x source", f"{a / s_alloc:.3f} x", a / s_alloc <= LEAN_MAX_RATIO))
-        out.append((f"lean: allocated <= {LEAN_MAX_GIB} GiB", f"{a:.2f} GiB", a <= LEAN_MAX_GIB))
-        out.append(("lean: tokens/s >= source", f"{lean_m.tokens_per_s:.0f} vs {s_speed:.0f}",
-                    lean_m.tokens_per_s >= s_speed))
-    if fast_m is not None and fast_m.fits:
-        a = fast_m.cuda_max_allocated / GiB
-        out.append((f"fast: allocated <= {FAST_MAX_GIB:.0f} GiB", f"{a:.2f} GiB", a <= FAST_MAX_GIB))
-        out.append((f"fast: tokens/s >= {FAST_MIN_SPEEDUP:.0f} x source", f"{fast_m.tokens_per_s / s_speed:.2f} x",
-                    fast_m.tokens_per_s >= FAST_MIN_SPEEDUP * s_speed))
-    return out
-
-
-LOSSES_APART = 0.01  # a per-step loss gap above this: the two runs no longer train the same (bf16 noise is ~0.005)
-
-
-def loss_agreement(a, b) -> dict:
-    """How closely two runs' per-step losses agree: the largest and the mean gap, how far each fell, and the first
-    step (from 1) whose gap exceeds LOSSES_APART (None: none does)."""
-    n = min(len(a.losses), len(b.losses))
-    gaps = [abs(x - y) for x, y in zip(a.losses[:n], b.losses[:n])]
-    apart = next((i + 1 for i, g in enumerate(gaps) if g > LOSSES_APART), None)
-    return dict(steps=n, max_gap=max(gaps) if gaps else float("nan"), apart_from=apart,
-                mean_gap=statistics.fmean(gaps) if gaps else float("nan"),
-                fall_a=a.losses[0] - a.losses[n - 1] if n else float("nan"),
-                fall_b=b.losses[0] - b.losses[n - 1] if n else float("nan"))
-
-
-def loss_table(runs: list) -> Table:
-    """Each run's per-step losses against the source recipe's among `runs` (the first labelled "source"): the
-    largest and the mean gap, the first step more than LOSSES_APART apart ("-": none), and how far each fell."""
-    src = next((m for m in runs if m.label.startswith("source") and len(m.losses) > 2), None)
-    table = []
-    for m in runs:
-        if src is None or m is src or len(m.losses) <= 2:
-            continue
-        a = loss_agreement(src, m)
-        table.append([m.label, a["steps"], a["max_gap"], a["mean_gap"], a["apart_from"] or "-", a["fall_b"]])
-    return Table([Column("against the source recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
-                  Column("largest gap", short="largest\ngap", fmt=".4f"),
-                  Column("mean gap", short="mean\ngap", fmt=".4f"),
-                  Column(f"apart (> {LOSSES_APART}) from step", short="apart\nfrom", align="right"),
-                  Column("loss fell by", short="fell\nby", fmt=".3f")], table,
-                 title=f"the source recipe's loss fell by {src.losses[0] - src.losses[-1]:.3f}" if src else "")
-
-
-# ---------------------------------------------------------------------------------------------
-# shipped data: the GPU runs and the peers' figures
-# ---------------------------------------------------------------------------------------------
-def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
-    """The shipped GPU runs of scripts/gpu/beyond_recipe.py for `model` (empty when none ship): run="" is the
-    20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
-    run="plan-check" scripts/gpu/check_plan.py's run of the planner's picks, run="whole-steps" the source and the fast
-    recipe again after build() kept to whole optimizer steps (beyond/checks/, 8 steps), run="peer-run" our recipes
-    measured beside the peer in one run (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart
-    from the runs the estimator and the planner are checked on, which they repeat)."""
-
-    if run == "peer-run":
-        return shipped_results("beyond/peers", f"ours-{model}.jsonl")
-    if run in CHECKS:
-        return shipped_results("beyond/checks", f"{run}-{model}.jsonl")
-    return shipped_results("beyond", f"{run}-{model}.jsonl" if run else f"{model}.jsonl")
-
-
-# runs that check one thing again, kept in beyond/checks/: apart from the runs the estimator's accuracy counts
-CHECKS = ("whole-steps",)
-
-
-def by_label(measurements: list) -> dict:
-    """{label: measurement}."""
-    return {m.label: m for m in measurements}
-
-
-def batching(m) -> str:
-    """A measurement's (or a recipe's) batching: "micro_batch x grad_accum", e.g. "16x1"."""
-    if isinstance(m, Recipe):
-        return f"{m.micro_batch}x{m.grad_accum}"
-    return f"{m.recipe['micro_batch']}x{m.recipe['grad_accum']}"
-
-
-def peer_reference(model: str = "llama-3.1-8b") -> list:
-    """The shipped runs of the peers for `model` (reference/beyond/peers/<model>.jsonl; empty when none ship).
-    A folder of its own: these are not the course's runs, which the estimator and the planner are checked on."""
-
-    return shipped_results("beyond/peers", f"{model}.jsonl")
 
 
 def _fig_08(start: Recipe, hw: str) -> dict:

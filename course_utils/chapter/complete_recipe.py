@@ -15,7 +15,7 @@ from course_utils.chapter.exercises import (Exercise, REFERENCE_MODEL, Verdict, 
                                             _larger_fits, _largest, _need_line, _only, _same_steps, _t4_bytes,
                                             _t4_fits, _try_est)
 from course_utils.common import GiB, MiB
-from course_utils.estimate import estimate
+from course_utils.estimate.peak import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, fits_on_card, needed_bytes, short_name
 from course_utils.machine import HARDWARE, get_hardware
 from course_utils.recipe import Recipe, source_chapter_recipe

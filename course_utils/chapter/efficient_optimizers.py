@@ -10,7 +10,9 @@ from course_utils.chapter.every_notebook import _paged_all_linear
 from course_utils.chapter.exercises import Exercise, Verdict, _est, _first, _mib, _only, _still_lora
 from course_utils.chapter.facts import ref
 from course_utils.common import GiB, MiB
-from course_utils.estimate import BNB_PAGE_MIN, estimate, lora_shapes, model_shapes
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import model_shapes
+from course_utils.estimate.terms import BNB_PAGE_MIN, lora_shapes
 from course_utils.recipe import CHAPTER_OPTIMIZERS, Recipe, source_chapter_recipe
 from course_utils.results import Measurement
 from course_utils.show.report import _joined, not_measured

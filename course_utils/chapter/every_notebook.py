@@ -11,16 +11,20 @@ import sys
 from string import Template
 
 from course_utils import build, machine
+from course_utils.build import lora_config
+from course_utils.chapter.shipped_runs import describe_reference  # noqa: F401  (the notebooks' import)
 from course_utils.checks import check_hardware
 from course_utils.common import GiB, MiB, __version__
-from course_utils.estimate import comparison_header, comparison_lines, estimate, lora_shapes
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.reports import comparison_header, comparison_lines
+from course_utils.estimate.terms import lora_shapes
 from course_utils.machine import apply_profile, release_memory
 from course_utils.models import no_progress_bars, resolve_model
 from course_utils.recipe import Recipe, base_recipe_for
 from course_utils.results import reference_results
 from course_utils.show.plots import technique_figure as figure
 from course_utils.show.report import not_measured
-from course_utils.show.tables import wrap, wrap_parts
+from course_utils.show.tables import wrap
 
 def releases_memory(fn):
     """Run fn, then give the GPU memory its models held back to the card."""
@@ -196,34 +200,6 @@ def reference_points(*labels: str, model: str = REFERENCE_MODEL) -> list:
     return [ref[label] for label in labels]
 
 
-def describe_reference(ms, prefix: str = "") -> str:
-    """The provenance of reference points: GPU, driver, versions, and each measurement run shown (its id, date
-    and command): ratios between points are only meaningful within one run. `prefix` starts the first line
-    ("reference: "); lines are at most 100 characters, broken between its parts."""
-
-    if not ms:
-        return prefix + "no reference points"
-    env = ms[0].env
-    v = env["versions"]
-    runs: dict[str, list] = {}
-    for m in ms:
-        runs.setdefault(m.run_id or f"{m.date[:10]}, {m.command}", []).append(m)
-    shown = [f"run {key} ({group[0].date[:10]}, `{_base_command(group[0].command)}`)" if group[0].run_id
-             else f"`{key}`" for key, group in runs.items()]
-    versions = [f"torch {v['torch']}", f"transformers {v['transformers']}", f"peft {v['peft']}", f"trl {v['trl']}",
-                f"bitsandbytes {v['bitsandbytes']}"] + ([f"liger-kernel {v['liger-kernel']}"] if "liger-kernel" in v else [])
-    env_parts = [f"{env['device']} (driver {env.get('driver')}, CUDA {env.get('cuda')})"] + versions
-    pieces = [p + "," for p in env_parts[:-1]] + [env_parts[-1] + ";"] + [p + ";" for p in shown[:-1]] + shown[-1:]
-    return wrap_parts(pieces, " ", first=prefix)
-
-
-def _base_command(command: str) -> str:
-    """A reference run's command without the parts that split one run over several calls (--first, --only)."""
-    import re
-
-    return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")
-
-
 def technique_figure(mine, reference=(), title: str = "Memory against speed, every technique so far"):
     """Your points (joined in the order you added the techniques) on the left and the shipped GPU reference
     points (if any) on the right, each panel on its own axes, its points named in a key under it
@@ -307,3 +283,41 @@ def predict(guess, before: Recipe, after: Recipe, category: str, what: str, unit
                          f"not {guess!r}")
     figure = Prediction(what, category, 0.0, unit=unit).figure(estimate_for(before), estimate_for(after))
     return Prediction(what, category, figure, None if guess is None else float(guess), unit, (before.key, after.key))
+
+
+@releases_memory
+def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
+                                   seq: int = 64) -> tuple[int, int, str]:
+    """Notebook 01: one forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
+    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
+    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
+    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
+    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
+    import warnings
+
+    import torch
+    from peft import get_peft_model
+    from transformers import set_seed
+
+
+    recipe = Recipe(model=model, gradient_checkpointing=True)
+    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
+    set_seed(recipe.seed)
+    peft_model = get_peft_model(loaded, lora_config(recipe))
+    inner = peft_model.get_base_model()
+    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
+        inner.disable_input_require_grads()
+    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
+    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
+        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
+        try:
+            loss.backward()
+            error = ""
+        except RuntimeError as exc:  # what a learner's Trainer shows
+            error = f"RuntimeError: {str(exc).splitlines()[0]}"
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
+    return with_grad, len(lora), error

@@ -40,7 +40,8 @@ from typing import Callable
 from course_utils import machine
 from course_utils.chapter.exercise_library import ANSWER_TYPES, answer_code, cell_start, library_name, read_answer
 from course_utils.common import GiB, MiB
-from course_utils.estimate import EstimateError, estimate, load_config
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import EstimateError, load_config
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
 from course_utils.machine import HardwareError, get_hardware
 from course_utils.recipe import TECHNIQUES, Recipe, RecipeError

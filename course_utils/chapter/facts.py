@@ -36,14 +36,17 @@ import re
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from course_utils import estimate as E
-from course_utils.chapter import beyond_the_recipe as beyond, figures, toward_the_limit
-from course_utils.chapter.mixed_precision import tf32_run as tf32
+from course_utils.estimate import terms as E
+from course_utils.chapter import figures, shipped_runs as beyond, toward_the_limit
+from course_utils.chapter.shipped_runs import tf32_run as tf32
 from course_utils.chapter.t4 import record_for, runs
 from course_utils.chapter.toward_the_limit import profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped
-from course_utils.estimate import (anchor_recipe, estimate, estimate_distributed, limits, model_shapes,
-                                   nf4_bits_per_param, plan as P)
+from course_utils.estimate import limits, plan as P
+from course_utils.estimate.distributed import anchor_recipe, estimate_distributed
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import model_shapes
+from course_utils.estimate.terms import nf4_bits_per_param
 from course_utils.estimate.limits import flops_per_token, memory_floor
 from course_utils.estimate.plan import margin_calibration
 from course_utils.estimate.planner import plan

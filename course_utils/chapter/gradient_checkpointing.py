@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 
-from course_utils.build import lora_config
-from course_utils.chapter.every_notebook import load_for_inspection, needs_4bit_here, releases_memory
+from course_utils.chapter.every_notebook import lora_grads_under_checkpointing  # noqa: F401  (notebook 01's import)
 from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _only, _positions, _refuse, _saving
-from course_utils.chapter.gradient_accumulation import set_seed_all
 from course_utils.common import GiB, MiB, shipped
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, speed_words
@@ -56,43 +54,6 @@ _T01 = ("At the base recipe checkpointing takes the estimated peak from {off} to
         "(`per_device_train_batch_size`, `max_length`: this model has {positions} positions) so that checkpointing "
         "saves **more than half** of the estimated peak. Your answer keeps `activation_checkpointing=True`; the "
         "check estimates it with and without.")
-
-
-@releases_memory
-def lora_grads_under_checkpointing(model: str, use_reentrant: bool, input_grads: bool,
-                                   seq: int = 64) -> tuple[int, int, str]:
-    """Notebook 01: one forward and backward of a LoRA model with gradient checkpointing on: (LoRA tensors that
-    got a gradient, LoRA tensors in all, the error backward raised or ""). Shows why reentrant
-    checkpointing needs input gradients: it only back-propagates through a checkpointed layer if one of
-    the layer's inputs requires grad, and with a frozen base model none does, so the loss has no graph at
-    all and `loss.backward()`, which a Trainer calls, stops with a RuntimeError."""
-    import warnings
-
-    import torch
-    from peft import get_peft_model
-
-
-    recipe = Recipe(model=model, gradient_checkpointing=True)
-    loaded = load_for_inspection(model, load_in_4bit=needs_4bit_here(model))
-    set_seed_all(recipe.seed)
-    peft_model = get_peft_model(loaded, lora_config(recipe))
-    inner = peft_model.get_base_model()
-    inner.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": use_reentrant})
-    if not input_grads:  # transformers 5 turns input gradients on by itself; undo it to see why it does
-        inner.disable_input_require_grads()
-    peft_model.train()  # from_pretrained returns eval mode, where checkpointing does nothing
-    ids = torch.randint(0, loaded.config.vocab_size, (1, seq), generator=torch.Generator().manual_seed(0))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns that no input requires grad: that is the point
-        loss = peft_model(input_ids=ids.to(loaded.device), labels=ids.to(loaded.device)).loss
-        try:
-            loss.backward()
-            error = ""
-        except RuntimeError as exc:  # what a learner's Trainer shows
-            error = f"RuntimeError: {str(exc).splitlines()[0]}"
-    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
-    with_grad = sum(1 for p in lora if p.grad is not None)  # lora_B starts at 0, so lora_A's first grad is 0
-    return with_grad, len(lora), error
 
 
 def closing_01(baseline: Measurement, checkpointed: Measurement, reference, model: str) -> str:

@@ -21,7 +21,8 @@ from pathlib import Path
 from course_utils import machine
 from course_utils.chapter.after_training import (AdapterError, RECIPE_FILE, check_adapter, data_prompts, fmt,
                                                  in_fresh_process, load_base, saved_recipe)
-from course_utils.estimate import model_shapes, nf4_bytes
+from course_utils.estimate.shapes import model_shapes
+from course_utils.estimate.terms import nf4_bytes
 from course_utils.machine import release_memory, resolve_precision
 from course_utils.memtrack import MemoryTracker, model_state_tensors, tensor_bytes
 from course_utils.show.tables import wrap

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 
 from course_utils import machine
+from course_utils.chapter.shipped_runs import _by_kind, tf32_reference, tf32_run  # noqa: F401
 from course_utils.chapter.exercises import Exercise, Verdict, _est, _mib, _only, _try_est
 from course_utils.common import GiB, MiB
 from course_utils.machine import get_hardware
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement, shipped_results
+from course_utils.results import Measurement
 from course_utils.show.report import _joined, not_measured
 from course_utils.show.tables import wrap
 
@@ -42,27 +43,6 @@ def _solve_04(start: Recipe, hw: str) -> Recipe:
 _T04 = ("A free Colab T4 (compute capability {cc}) has no native bf16. Change only the precision flags (`bf16`, "
         "`fp16`) so that the estimator accepts it for a T4 (`hardware=\"t4\"`) and estimates a **lower peak** "
         "there than fp32 does ({fp32} MiB). Try `bf16=True` first, and read why it is refused.")
-
-
-def tf32_reference() -> list:
-    """Notebook 04: the shipped TF32 run (course_utils/reference/tf32, scripts/gpu/reference_runs.py --set
-    tf32-llama-3.1-8b): LoRA on the Llama-3.1-8B architecture in fp32, fp32 with TF32 matmuls, and bf16,
-    measured in one run on one GPU, so their speeds can be compared."""
-
-    return shipped_results("tf32", "llama-3.1-8b.jsonl")
-
-
-def _by_kind(runs: list) -> dict:
-    """{'fp32' | 'tf32' | 'bf16': Measurement} of the TF32 runs."""
-    return {("tf32" if m.recipe.get("tf32") else m.precision): m for m in runs}
-
-
-def tf32_run(kind: str):
-    """Notebook 04 and its quiz: the shipped TF32 run's 'fp32', 'tf32' or 'bf16' Measurement."""
-    by = _by_kind(tf32_reference())
-    if kind not in by:
-        raise KeyError(f"no TF32 reference run {kind!r}; there are: {sorted(by)}")
-    return by[kind]
 
 
 def tf32_summary(runs: list | None = None) -> str:

@@ -16,9 +16,9 @@ from course_utils.chapter.every_notebook import choose_model
 from course_utils.chapter.exercises import Exercise, Verdict
 from course_utils.common import GiB, MiB
 from course_utils.distributed import config_file
-from course_utils.estimate import anchor_lines, anchor_recipe, estimate_distributed
+from course_utils.estimate.distributed import anchor_lines, anchor_recipe, estimate_distributed
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
-from course_utils.estimate.plan_multi import parse_gpu_budget
+from course_utils.estimate.planner import parse_gpu_budget
 from course_utils.measure import measure
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.show.tables import Column, Table, wrap

@@ -14,7 +14,8 @@ from course_utils.chapter.every_notebook import load_for_inspection, releases_me
 from course_utils.chapter.exercises import (Exercise, REFERENCE_MODEL, Verdict, _est, _first, _gib, _need_line,
                                             _refuse, _same_steps, _t4_bytes, _t4_fits, _try_est)
 from course_utils.common import GiB, MiB
-from course_utils.estimate import estimate, model_shapes
+from course_utils.estimate.peak import estimate
+from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.memtrack import _quant_state_tensors, tensor_bytes
 from course_utils.recipe import Recipe

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from course_utils.chapter.facts import unsourced
-from course_utils.chapter.quiz import bank
+from course_utils.chapter.quiz.question import quiz_dir
 from course_utils.common import shipped
 
 ROOT = shipped().parent  # a checkout: notebooks/ and README.md live beside the package
@@ -65,7 +65,7 @@ def texts_of(path: Path):
 def every_text():
     """Every quiz bank, every notebook's Markdown, README.md and TROUBLESHOOTING.md: what `pytest -m truth` checks."""
 
-    for path in [*sorted(bank.quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
+    for path in [*sorted(quiz_dir().glob("*.yaml")), *sorted((ROOT / "notebooks").glob("*.ipynb")),
                  ROOT / "README.md", ROOT / "TROUBLESHOOTING.md"]:
         yield from texts_of(path)
 

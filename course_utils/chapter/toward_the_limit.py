@@ -25,10 +25,8 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from course_utils.chapter import beyond_the_recipe
-from course_utils.chapter.beyond_the_recipe import (batching, by_label, format_rows, loss_table, peer_reference,
-                                                    reference, source)
-from course_utils.chapter.every_notebook import describe_reference
+from course_utils.chapter.shipped_runs import (batching, by_label, describe_reference, format_rows, loss_table,
+                                               peer_reference, reference, rows as ratio_rows, source)
 from course_utils.common import GiB, json_lines, shipped
 from course_utils.estimate import limits
 from course_utils.estimate.limits import against, datasheet_peak, flops_per_token, memory_floor
@@ -159,7 +157,8 @@ def peer_run_report(model: str = "llama-3.1-8b") -> str:
     v = theirs[0].env.get("versions", {})
     peer_line = (f"{name} {v.get(name)} in a site directory of its own: transformers {v.get('transformers')}, "
                  f"trl {v.get('trl')}, datasets {v.get('datasets')}")
-    return (describe_reference(ours) + "\n" + peer_line + "\n\n```\n" + format_rows(beyond_the_recipe.rows(ours, peers=theirs))
+    return (describe_reference(ours) + "\n" + peer_line + "\n\n```\n"
+            + format_rows(ratio_rows(ours, peers=theirs))
             + "\n\n" + "\n".join(peer_check_lines(ours, theirs)) + "\n\n" + str(loss_table(ours + theirs)) + "\n```")
 
 

@@ -31,9 +31,9 @@ scaled_dot_product_attention.
 Where each part lives, each importing only the ones above it (and `course_utils.hardware`, home of the
 devices an estimate assumes, `Hardware` and `HARDWARE`, and of `resolve_precision`):
 
+- `terms`: the sizes an estimate reads (`Shapes`), one estimate's setting (`Setup`: dtypes, attention kernel) and
+  the parameters, gradients and optimizer state.
 - `shapes`: the model's shapes from its config on the meta device (`model_shapes`).
-- `terms`: one estimate's setting (`Setup`: dtypes, attention kernel) and the parameters, gradients and
-  optimizer state.
 - `activations`: activations and temporaries.
 - `peak`: the candidate moments, `estimate()` and its `Estimate`, CUDA's own memory beside it.
 - `reports`: the chapter's memory table, the tiny model's check recipes, estimate against measurement.
@@ -67,11 +67,11 @@ from course_utils.estimate.reports import (CHAPTER_CLAIMS, ExpectedCell, Expecte
                                            expected_memory_table, format_expected_table, percent_error,
                                            reference_for, same_setup, tiny_check_recipes,
                                            without_optimization_recipe)
-from course_utils.estimate.shapes import EstimateError, Shapes, load_config, model_shapes, shapes_from_config
+from course_utils.estimate.shapes import EstimateError, load_config, model_shapes, shapes_from_config
 from course_utils.estimate.terms import (ATTENTION_INPUTS, BNB_32BIT, BNB_8BIT_BLOCK, BNB_MIN_8BIT_SIZE,
                                          BNB_PAGE_MIN, BNB_QMAP_BYTES, CATEGORIES, DQ_CODE_BYTES, Dtypes,
                                          LOSS_TOKEN_TILE, LOSS_VOCAB_TILE, NF4_BLOCK, NF4_CODE_BYTES,
-                                         NF4_SCALE_BLOCK, Setup, Term, TORCH_ADAMW, attention_kernel,
+                                         NF4_SCALE_BLOCK, Setup, Shapes, Term, TORCH_ADAMW, attention_kernel,
                                          bnb_8bit_terms, dtype_name, dtypes_for, gradient_terms, lora_params,
                                          lora_shapes, nf4_bits_per_param, nf4_bytes, optimizer_terms,
                                          parameter_terms, trainable_bytes_per_element, trainable_tensors)

@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from course_utils.common import GiB, json_lines, shipped
-from course_utils.estimate import lora_shapes, model_shapes, nf4_bits_per_param, nf4_bytes
+from course_utils.estimate.shapes import model_shapes
+from course_utils.estimate.terms import lora_shapes, nf4_bits_per_param, nf4_bytes
 from course_utils.machine import DATASHEET_PEAK_FLOPS
 from course_utils.recipe import Recipe
 from course_utils.show.tables import wrap

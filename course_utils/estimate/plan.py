@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass
 
 from course_utils.common import GiB
-from course_utils.estimate import Estimate, estimate, model_shapes, same_setup
+from course_utils.estimate.peak import Estimate, estimate
+from course_utils.estimate.shapes import model_shapes
 from course_utils.machine import T4_CARD_GIB
-from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe
+from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, same_setup
 from course_utils.results import all_reference_results, reference_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -292,7 +293,7 @@ class PlanRow:
     needed: int
     fits: bool
     speed: Speed
-    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (plan_multi.py)
+    strategy: str = "single"  # or, on several GPUs, "ddp" / "fsdp" (planner.py)
     gpus: int = 1
 
 

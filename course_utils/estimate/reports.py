@@ -6,34 +6,23 @@ Part of `course_utils.estimate` (its docstring says how the bytes are counted).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from course_utils.common import GiB, MiB
 from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.terms import CATEGORIES
 from course_utils.machine import Hardware
-from course_utils.recipe import Recipe, ladder, source_chapter_recipe
+from course_utils.recipe import NOT_MEMORY_FIELDS, Recipe, ladder, same_setup, source_chapter_recipe  # noqa: F401
 from course_utils.results import reference_results
 from course_utils.show.tables import wrap
 
 # ---------------------------------------------------------------------------------------------
 # the course's answer to the chapter's "Expected Memory Usage" table
 # ---------------------------------------------------------------------------------------------
-NOT_MEMORY_FIELDS = ("steps", "warmup_steps", "learning_rate", "seed", "label")  # knobs that do not move the peak
-
 TABLE_MODELS = (("7B", "llama-2-7b"), ("8B", "llama-3.1-8b"), ("13B", "llama-2-13b"), ("70B", "llama-3.1-70b"))
 # The source chapter's "Expected Memory Usage" table, as printed (no 8B row).
 CHAPTER_CLAIMS = {"7B": ("~14GB", "~4-6GB"), "13B": ("~26GB", "~8-10GB"), "70B": ("~140GB", "~40-48GB")}
-
-
-def same_setup(a: Recipe, b: Recipe, ignore: tuple[str, ...] = ()) -> bool:
-    """True when two recipes train the same model the same way (steps, learning rate, seed, label aside), the
-    fields in `ignore` aside too."""
-    return all(getattr(a, k) == getattr(b, k) for k in _SETUP_FIELDS if k not in ignore)
-
-
-_SETUP_FIELDS = tuple(f.name for f in fields(Recipe) if f.name not in NOT_MEMORY_FIELDS)
 
 
 def reference_for(recipe: Recipe, references: list | None = None):

@@ -11,55 +11,14 @@ import functools
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from course_utils import models
 from course_utils.models import load_config as read
+from course_utils.estimate.terms import Shapes
+
 
 class EstimateError(ValueError):
     """The estimator cannot model this model or recipe; the message says why."""
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """The sizes the arithmetic needs, read from a config and a meta-device model."""
-
-    model_type: str
-    layers: int
-    hidden: int
-    heads: int
-    head_dim: int
-    kv_heads: int
-    intermediate: int
-    vocab: int
-    tied: bool  # lm_head shares the embedding matrix
-    layer_linears: tuple[tuple[str, int, int], ...]  # (name, in_features, out_features) of one layer
-    embed_params: int
-    lm_head_params: int  # 0 when tied
-    small_tensors: tuple[tuple[str, int, int], ...]  # (kind, elements, count): norms and the like
-    buffer_bytes: int  # rotary inv_freq and the like (fp32)
-
-    @property
-    def q_dim(self) -> int:
-        return self.heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
-
-    @property
-    def linear_params(self) -> int:
-        """Elements of every linear layer inside the decoder layers (what 4-bit quantizes)."""
-        return self.layers * sum(i * o for _, i, o in self.layer_linears)
-
-    @property
-    def small_params(self) -> int:
-        """Elements of the norms and other small weights."""
-        return sum(n * c for _, n, c in self.small_tensors)
-
-    @property
-    def total_params(self) -> int:
-        return self.linear_params + self.embed_params + self.lm_head_params + self.small_params
 
 
 def load_config(model: str):

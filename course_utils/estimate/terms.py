@@ -9,10 +9,51 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from course_utils.common import CATEGORIES as _CATEGORIES
-from course_utils.estimate.shapes import Shapes
-from course_utils.machine import Hardware
+from course_utils.common import CATEGORIES as _CATEGORIES, Hardware
 from course_utils.recipe import Recipe, RecipeError
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The sizes the arithmetic needs, read from a config and a meta-device model."""
+
+    model_type: str
+    layers: int
+    hidden: int
+    heads: int
+    head_dim: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    tied: bool  # lm_head shares the embedding matrix
+    layer_linears: tuple[tuple[str, int, int], ...]  # (name, in_features, out_features) of one layer
+    embed_params: int
+    lm_head_params: int  # 0 when tied
+    small_tensors: tuple[tuple[str, int, int], ...]  # (kind, elements, count): norms and the like
+    buffer_bytes: int  # rotary inv_freq and the like (fp32)
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def linear_params(self) -> int:
+        """Elements of every linear layer inside the decoder layers (what 4-bit quantizes)."""
+        return self.layers * sum(i * o for _, i, o in self.layer_linears)
+
+    @property
+    def small_params(self) -> int:
+        """Elements of the norms and other small weights."""
+        return sum(n * c for _, n, c in self.small_tensors)
+
+    @property
+    def total_params(self) -> int:
+        return self.linear_params + self.embed_params + self.lm_head_params + self.small_params
+
 
 CATEGORIES = _CATEGORIES[:5]  # what the estimator predicts: every category but "other"
 

@@ -15,12 +15,11 @@ import random
 import re
 import yaml
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from course_utils.chapter.facts import FactError, render_tree
-from course_utils.common import shipped
+from course_utils.chapter.quiz.question import Bank, Choice, Question, WrongAnswer, quiz_dir
 
 TYPES = ("single", "multiple", "numeric")
 _ID = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
@@ -42,69 +41,7 @@ class QuizError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
-# --- the data ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Choice:
-    """One answer choice of a single- or multiple-choice question."""
-
-    text: str
-    correct: bool
-    explanation: str  # shown when the learner picks it: a wrong choice teaches something too
-
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A common wrong answer to a numeric question, and what it teaches."""
-
-    value: float
-    explanation: str
-
-
-@dataclass(frozen=True)
-class Question:
-    """One question. Choice questions use `choices`; numeric ones use `answer` and `tolerance`."""
-
-    id: str
-    type: str  # "single", "multiple" or "numeric"
-    prompt: str
-    choices: tuple[Choice, ...] = ()
-    answer: float | None = None
-    tolerance: float = 0.0  # absolute: a right answer is within answer +- tolerance
-    unit: str = ""
-    explanation: str = ""  # numeric: shown with a right answer
-    hint: str = ""  # numeric: shown with a wrong answer that no `wrong_answers` entry explains
-    wrong_answers: tuple[WrongAnswer, ...] = ()
-    bank: str = ""  # the bank (file stem) it came from
-
-    @property
-    def right_choices(self) -> tuple[int, ...]:
-        """Indexes of the right choices (empty for a numeric question)."""
-        return tuple(i for i, c in enumerate(self.choices) if c.correct)
-
-
-@dataclass(frozen=True)
-class Bank:
-    """A question bank: one YAML file, one notebook."""
-
-    name: str  # file stem, e.g. "01_gradient_checkpointing"
-    title: str
-    questions: tuple[Question, ...]
-    path: Path | None = None
-
-    def __len__(self) -> int:
-        return len(self.questions)
-
-
 # --- where the banks are -------------------------------------------------------------------------
-def quiz_dir() -> Path:
-    """The folder of question banks: course_utils/quizzes/ in a wheel, else the checkout's quizzes/."""
-    wheel, checkout = shipped("quizzes"), shipped().parent / "quizzes"
-    for candidate in (wheel, checkout):
-        if any(candidate.glob("*.yaml")):
-            return candidate
-    raise FileNotFoundError(f"no question banks (*.yaml) in {wheel} or {checkout}")
-
-
 def bank_names() -> list[str]:
     """Names of every bank, in notebook order."""
     return sorted(p.stem for p in quiz_dir().glob("*.yaml"))

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from course_utils.chapter.quiz.bank import Question
+from course_utils.chapter.quiz.question import Question
 
 @dataclass(frozen=True)
 class Feedback:

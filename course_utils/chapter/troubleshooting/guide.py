@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from course_utils.chapter import facts, texts
+from course_utils.chapter import facts
 from course_utils.chapter.every_notebook import release_url
 from course_utils.chapter.troubleshooting import sources as S
 from course_utils.chapter.troubleshooting.sources import Library, Logged, Produced, TroubleshootingError, version_of
+from course_utils.common import shipped
 
-GUIDE = texts.ROOT / "TROUBLESHOOTING.md"
+ROOT = shipped().parent  # a checkout: TROUBLESHOOTING.md and notebooks/ live beside the package
+GUIDE = ROOT / "TROUBLESHOOTING.md"
 BLOCK = "troubleshooting"
-ALL = tuple(sorted(p.name[:2] for p in (texts.ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
+ALL = tuple(sorted(p.name[:2] for p in (ROOT / "notebooks").glob("*.ipynb")))  # each has the setup cell
 
 
 Message = Produced | Library | Logged
@@ -167,7 +169,7 @@ ENTRIES: tuple[Entry, ...] = (
         evidence=(Library("", "huggingface_hub", "utils/_runtime.py", ('"google.colab" in str(get_ipython())',)),
                   Library("", "huggingface_hub", "utils/_auth.py",
                           ('userdata.get("HF_TOKEN")', "_get_token_from_environment()")),
-                  Library("", "course_utils", "measure.py", ("env = dict(os.environ,",))),
+                  Library("", "course_utils", "launch.py", ("env = dict(os.environ,",))),
         notebooks=("00", "07")),
     Entry(
         "hub", "The hub does not answer",

@@ -23,15 +23,15 @@ from unittest import mock
 
 from course_utils import machine as hardware, models
 from course_utils.chapter import facts, t4
-from course_utils.chapter.every_notebook import SMALL_HUB_MODEL, choose_model, setup_cell
-from course_utils.chapter.gradient_checkpointing import lora_grads_under_checkpointing
+from course_utils.chapter.every_notebook import (SMALL_HUB_MODEL, choose_model, lora_grads_under_checkpointing,
+                                               setup_cell)
 from course_utils.chapter.t4 import VARIANTS, defect, record_for
 from course_utils.checks import check_data, check_hardware, check_machine
 from course_utils.cli import main
 from course_utils.cli_env import env_report
 from course_utils.cli_recipe import FLAGS, estimate_base, flag_for
 from course_utils.common import __version__
-from course_utils.estimate import estimate
+from course_utils.estimate.peak import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.machine import PROFILES, get_hardware, resolve_precision
 from course_utils.models import TINY_CONFIG, _with_deadline, hub_error, shipped_token_count

@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 from course_utils.estimate import terms as E
 from course_utils.chapter import figures, shipped_runs as beyond, toward_the_limit
-from course_utils.chapter.shipped_runs import tf32_run as tf32
+from course_utils.chapter.shipped_runs import offline_examples, own_check, tf32_run as tf32
 from course_utils.chapter.t4 import record_for, runs
 from course_utils.chapter.toward_the_limit import profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped
@@ -279,29 +279,6 @@ def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None)
     agree = [beyond.loss_agreement(src, m) for m in ms if m is not src and len(m.losses) > 2]
     return SimpleNamespace(max_gap=max(a["max_gap"] for a in agree), fall=agree[0]["fall_a"],
                            steps=min(a["steps"] for a in agree))
-
-
-def offline_examples() -> int:
-    """How many instruction records the course ships for offline use."""
-    from course_utils.data import _read_shipped
-
-    return len(_read_shipped())
-
-
-def own_check(notebook: str):
-    """A script cell trained on a GPU beside the course's measurement of its recipe (scripts/gpu/own_script_check.py,
-    course_utils/reference/own_script/): .script_gib and .course_gib (max allocated), .ratio, .model."""
-    import json
-    from pathlib import Path
-
-    folder = Path(__file__).resolve().parents[1] / "reference" / "own_script"
-    for path in sorted(folder.glob("*.jsonl")):
-        for line in path.read_text().splitlines():
-            r = json.loads(line) if line.strip() else {}
-            if r.get("notebook", "").startswith(notebook):
-                return SimpleNamespace(script_gib=r["script"]["max_allocated_gib"], ratio=r["ratio"], model=r["model"],
-                                       course_gib=r["course"]["max_allocated_gib"], device=r["device"])
-    raise FactError(f"no shipped own-script check of notebook {notebook} in {folder}")
 
 
 def namespace() -> dict:

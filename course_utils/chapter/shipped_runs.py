@@ -7,10 +7,12 @@ points every notebook prints (describe_reference; every_notebook.py re-exports i
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from course_utils.common import GiB
+from course_utils.common import GiB, shipped
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import shipped_results
 from course_utils.show.tables import Column, Table, wrap_parts
@@ -222,3 +224,23 @@ def _base_command(command: str) -> str:
     import re
 
     return re.sub(r" --(?:first \S+|only '[^']*'|only \S+)", "", command).replace("/root/out/", "$OUT/")
+
+
+def offline_examples() -> int:
+    """How many instruction records the course ships for offline use."""
+    from course_utils.data import _read_shipped
+
+    return len(_read_shipped())
+
+
+def own_check(notebook: str):
+    """A script cell trained on a GPU beside the course's measurement of its recipe (scripts/gpu/own_script_check.py,
+    course_utils/reference/own_script/): .script_gib and .course_gib (max allocated), .ratio, .model."""
+    folder = shipped("reference", "own_script")
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("notebook", "").startswith(notebook):
+                return SimpleNamespace(script_gib=r["script"]["max_allocated_gib"], ratio=r["ratio"], model=r["model"],
+                                       course_gib=r["course"]["max_allocated_gib"], device=r["device"])
+    raise ValueError(f"no shipped own-script check of notebook {notebook} in {folder}")

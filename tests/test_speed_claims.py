@@ -6,6 +6,7 @@ The quizzes' speed claims follow the same rule."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
@@ -215,3 +216,28 @@ def test_the_tf32_quiz_speed_claims_follow_the_rule():
 
     assert speed_change(tf32_run("fp32"), tf32_run("tf32")) is not None
     assert speed_change(tf32_run("tf32"), tf32_run("bf16")) is None
+
+
+def test_the_notebook_09_and_10_quiz_speed_claims_follow_the_rule():
+    """Bank 10: torch.compile made no speed difference measurable (one run each); against Unsloth, our 1 x 16
+    recipe was slower and the 16 x 1 one no measurably different."""
+    from course_utils.chapter.facts import beyond_run, peer
+
+    def run(label, ran):
+        return beyond_run(label, ran)
+
+    for plain, compiled in (("fast recipe (16x1)", "fast + torch.compile"), ("lean recipe (4x4)", "lean + torch.compile")):
+        assert speed_change(run(plain, "explore"), run(compiled, "explore")) is None
+    theirs = {b: make(f"unsloth {b}", tokens_per_s=float(peer(b).tokens_per_s)) for b in ("1x16", "16x1")}
+    assert speed_change(theirs["1x16"], run("+ Liger kernels", "peer-run")) < 0
+    assert speed_change(theirs["16x1"], run("fast, embeddings + activations on CPU (16x1)", "peer-run")) is None
+
+
+def test_old_records_without_speeds_stay_readable_and_bad_speeds_are_refused():
+    from course_utils.results import Measurement, ResultLineError
+
+    old = json.loads(make("old").to_json())
+    del old["speeds"]
+    assert Measurement.from_dict(old).speeds == [] and Measurement.from_dict(old).speed_spread is None
+    with pytest.raises(ResultLineError, match="speeds"):
+        Measurement.from_dict({**old, "speeds": [100.0, -1.0]})

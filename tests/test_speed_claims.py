@@ -81,6 +81,22 @@ def test_the_spread_is_shown_next_to_the_speed():
     assert table.to_frame()["tokens/s"].tolist() == [412.0, 300.0]  # the numbers stay numbers
 
 
+def test_the_figure_draws_the_spread_of_a_repeated_speed_and_says_what_it_is():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_utils.chapter.every_notebook import technique_figure
+
+    fig = technique_figure([timed("a", 400.0, 424.0), make("b", tokens_per_s=300.0)])
+    ax = fig.axes[0]
+    bars = [c for c in ax.collections if c.get_gid() == "speed-spread"]
+    assert len(bars) == 1  # the repeated speed only
+    (segment,) = bars[0].get_segments()
+    assert [round(x) for x in segment[:, 0]] == [400, 424]  # 412 ± 12
+    assert any("spread over its repeats in this run" in t.get_text() for t in fig.texts + ax.texts)
+    matplotlib.pyplot.close(fig)
+
+
 def test_the_h200_liger_step_is_not_called_a_speed_effect():
     """Notebook 09's '+ Liger kernels' at 1 x 16: +25% in one explore run, slower than its source in the peer run."""
     from course_utils.chapter import beyond_the_recipe as beyond

@@ -257,3 +257,18 @@ def test_old_records_without_speeds_stay_readable_and_bad_speeds_are_refused():
     assert Measurement.from_dict(old).speeds == [] and Measurement.from_dict(old).speed_spread is None
     with pytest.raises(ResultLineError, match="speeds"):
         Measurement.from_dict({**old, "speeds": [100.0, -1.0]})
+
+
+# What each notebook compares is timed again in it (its measuring cells): notebook -> the calls that do it
+TIMED_AGAIN = {"00_where_memory_goes": ["time_again(["], "01_gradient_checkpointing": ["repeat_last=2"],
+               "02_gradient_accumulation": ["repeat_last=2"], "03_efficient_optimizers": ["repeat_last=3", "time_again("],
+               "04_mixed_precision": ["time_again("], "05_qlora_4bit": ["repeat_last=2"]}
+
+
+@pytest.mark.parametrize("name", sorted(TIMED_AGAIN))
+def test_the_notebooks_time_the_speeds_they_compare_again(name):
+    from pathlib import Path
+
+    cells = json.loads(Path(f"notebooks/{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert all(call in code for call in TIMED_AGAIN[name]), (name, TIMED_AGAIN[name])

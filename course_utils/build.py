@@ -322,14 +322,16 @@ def training_dataset(recipe: Recipe):
     return to_text_dataset(load_instructions("dolly", source="shipped" if uses_shipped_data(recipe.model) else "auto"))
 
 
-def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = None, dataset=None) -> Built:
-    """Turn a recipe into a ready SFTTrainer on this machine's device."""
+def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = None, dataset=None,
+          checked: bool = False) -> Built:
+    """Turn a recipe into a ready SFTTrainer on this machine's device. checked=True: the caller ran
+    checks.check_runnable on it in this process (measure does), so the hardware is not checked again."""
     import torch
     from peft import get_peft_model, prepare_model_for_kbit_training
     from transformers import set_seed
     from trl import SFTTrainer
 
-    precision = check_hardware(recipe)
+    precision = resolve_precision(recipe.precision) if checked else check_hardware(recipe)
     notes: list[str] = []
     if recipe.precision == "auto":
         notes.append(f"precision=auto resolved to {precision} on {device_type()}")

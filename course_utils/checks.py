@@ -183,8 +183,8 @@ def check_model(recipe: Recipe) -> None:
 
 def check_runnable(recipe: Recipe) -> str:
     """Every check that needs only the recipe and this machine; raises RecipeError, HardwareError or
-    ModelUnavailableError with the fix in its message. Returns the precision the recipe resolves to here."""
-    recipe.validate()
+    ModelUnavailableError with the fix in its message. Returns the precision the recipe resolves to here.
+    (The recipe's own rules are not checked again: a Recipe validates itself when it is made.)"""
     check_model(recipe)
     check_targets(recipe)
     precision = check_machine(recipe)

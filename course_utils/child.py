@@ -116,19 +116,21 @@ def check_sane(recipe: Recipe, probe) -> None:
             f"{recipe.learning_rate}; the chapter uses 2e-4) and measure it again.")
 
 
-def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None) -> Measurement:
+def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None,
+             checked: bool = False) -> Measurement:
     """Build and train the recipe in this process and measure it (measure() calls this in a child).
     report_progress: True prints progress lines for a parent; a callable gets (step, seconds) per step
     and, if it has one, its close() at the end. on_built: called with the build.Built before training
-    (distributed.py's ranks add their callbacks and hooks there, and keep the trainer to save the adapter)."""
+    (distributed.py's ranks add their callbacks and hooks there, and keep the trainer to save the adapter).
+    checked=True: checks.check_runnable ran on it in this process (build checks nothing again)."""
     try:
-        return _run_here(recipe, budget_gib, report_progress, on_built)
+        return _run_here(recipe, budget_gib, report_progress, on_built, checked)
     finally:
         if hasattr(report_progress, "close"):
             report_progress.close()
 
 
-def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_built=None) -> Measurement:
+def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_built=None, checked=False) -> Measurement:
     """run_here's body."""
     import torch
 
@@ -145,7 +147,7 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_buil
                 date=_now(), command=_command(), run_id=os.environ.get(RUN_ID_ENV, ""))
     workdir = temp_folder(TEMP_PREFIXES[1])  # the trainer's output_dir, removed after
     try:
-        built = build(recipe, callbacks=(callback(probe),), output_dir=workdir.name)
+        built = build(recipe, callbacks=(callback(probe),), output_dir=workdir.name, checked=checked)
         build_s = round(time.perf_counter() - t0, 2)
     except BaseException as exc:  # out of memory while loading is a result too: the model alone does not fit
         workdir.cleanup()  # on every way out, Ctrl-C included

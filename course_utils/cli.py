@@ -25,7 +25,7 @@ from course_utils.estimate.plan import BudgetError
 from course_utils.estimate.plan_multi import parse_gpu_budget
 from course_utils.estimate.planner import plan
 from course_utils.cli_env import env_report
-from course_utils.machine import HardwareError, PROFILE_ENV
+from course_utils.machine import T4_CARD_GIB, HardwareError, PROFILE_ENV
 from course_utils.measure import Outcome, Results, measure_all
 from course_utils.models import ModelUnavailableError, load_config
 from course_utils.recipe import RecipeError
@@ -258,7 +258,7 @@ def _add_estimate_and_plan(sub) -> None:
     """The `estimate` and `plan` subcommands."""
     hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
                     help="gpu: a bf16 GPU of compute capability 8.0+ (A100, L4, H100, H200; default); "
-                         "t4: Colab's free T4 (fp16, no FlashAttention-2, 14.75 GiB); cpu")
+                         f"t4: Colab's free T4 (fp16, no FlashAttention-2, {T4_CARD_GIB:g} GiB); cpu")
     est = sub.add_parser("estimate",
                          help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
     est.add_argument("--model", default=None,
@@ -280,7 +280,7 @@ def _add_estimate_and_plan(sub) -> None:
     pl = sub.add_parser("plan", help="the recipes that fit a memory budget, and the fastest of them")
     pl.add_argument("--model", required=True, help="a preset such as llama-3.1-8b, or a local folder / cached hub id")
     pl.add_argument("--budget", type=_budget, default=None,
-                    help="memory to fit in, e.g. 16GiB, 16GB, 14.7GiB (default with --hardware t4: 14.7GiB); "
+                    help=f"memory to fit in, e.g. 16GiB, 16GB, 12.5GiB (default with --hardware t4: {T4_CARD_GIB:g}GiB); "
                          "on several GPUs the count and one GPU's memory, e.g. '2 x 15 GiB'")
     pl.add_argument("--gpus", type=_gpu_count, default=None,
                     help="GPUs to plan for (DDP and FSDP rows; the budget is then one GPU's memory)")
@@ -323,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     profile = dict(choices=("t4",), default=None,
                    help="on a bigger CUDA GPU, behave as on this learner's card (t4: fp16, no flash attention, "
-                        "14.75 GiB for the whole card); the same as COURSE_PROFILE=t4")
+                        f"{T4_CARD_GIB:g} GiB for the whole card); the same as COURSE_PROFILE=t4")
     run.add_argument("--profile", **profile)
     env = sub.add_parser("env", help="print the environment report with [OK]/[FAIL] checks")
     env.add_argument("--profile", **profile)

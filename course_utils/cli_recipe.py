@@ -98,6 +98,15 @@ def spellings(name: str) -> tuple[str, ...]:
     return (*ALIASES.get(name, ()), "--" + name.replace("_", "-"))
 
 
+def flag_for(name: str, value) -> str:
+    """Field `name` at `value` as its flag is written (the parser reads it back): `--x`/`--no-x` for a bool,
+    else its first spelling and the value (`--seq 512`, `--lora-r none`)."""
+    flag = spellings(name)[0]
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {_show(value)}"
+
+
 def value_flags() -> list[str]:
     """Every recipe flag that takes a value (not the --x/--no-x ones), in any subcommand."""
     names = dict.fromkeys(name for fields in FLAGS.values() for name in fields)

@@ -75,7 +75,7 @@ class Profile:
     cannot_emulate: str
     # Room kept free for what CUDA adds outside the allocator after the cap is set: kernels loaded
     # lazily on first use, library workspaces of new streams. Without it notebook 06's T4 check
-    # (2026-12-01) held 14.84 GiB of the card's 14.75 at its peak.
+    # (2026-12-01) held 14.84 GiB of the card's T4_CARD_GIB at its peak.
     headroom_bytes: int = 256 * 2**20
     peak_flops: dict | None = field(default=None, compare=False)  # datasheet FLOP/s per precision ("fp16", "fp32")
 
@@ -87,11 +87,15 @@ H200_PEAK_FLOPS = {"bf16": 989e12, "fp16": 989e12}
 # datasheet peaks by the device name torch reports (a measurement's env["device"])
 DATASHEET_PEAK_FLOPS = {"NVIDIA H200": H200_PEAK_FLOPS, "Tesla T4": T4_PEAK_FLOPS}
 
+# The free T4's memory, the one size of that card in the whole course: the profile's card, the estimator's and
+# planner's t4 (HARDWARE), the CLI's help and the texts' named figure t4_gib (course_utils/chapter/figures.yaml).
+T4_CARD_GIB = 14.75
+
 PROFILES = {
     "t4": Profile(
         name="t4", label="T4 profile", gpu="NVIDIA T4 (Colab free tier)", compute_capability=(7, 5),
-        # 15,360 MiB of GDDR6, of which the driver leaves 14.75 GiB to CUDA (what torch reports on Colab)
-        card_bytes=int(14.75 * GiB), flash_attention=False, peak_flops=T4_PEAK_FLOPS,
+        # 15,360 MiB of GDDR6, of which the driver leaves T4_CARD_GIB to CUDA (what torch reports on Colab)
+        card_bytes=int(T4_CARD_GIB * GiB), flash_attention=False, peak_flops=T4_PEAK_FLOPS,
         cannot_emulate=(f"a T4's speed ({T4_PEAK_FLOPS['fp16'] / 1e12:.0f} TFLOP/s fp16 peak, 320 GB/s memory) and "
                         "its own kernels: cuBLAS, "
                         "bitsandbytes and Triton still run the real GPU's code, so their workspaces and timings "
@@ -201,7 +205,7 @@ HARDWARE = {
     "gpu": Hardware("CUDA GPU with bf16 (compute capability 8.0+: A100, L4, RTX 30/40, H100, H200)",
                     "cuda", "bf16", True, short="a bf16 GPU", compute_capability=(9, 0)),  # the reference H200's
     "t4": Hardware("NVIDIA T4 (Colab free tier): fp16, no FlashAttention-2", "cuda", "fp16", False,
-                   PROFILES["t4"].card_bytes / GiB,  # one size of the T4 in the whole course (was 14.7)
+                   PROFILES["t4"].card_bytes / GiB,  # T4_CARD_GIB: one size of the T4 in the whole course
                    short="a T4 (fp16)", compute_capability=(7, 5)),
     "cpu": Hardware("CPU", "cpu", "fp32", False, short="a CPU"),
 }

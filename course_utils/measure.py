@@ -31,7 +31,6 @@ from course_utils.models import ModelUnavailableError, uses_shipped_data
 from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, RecipeError, ladder
 from course_utils.results import Measurement, ResultStore, default_store, environment
 from course_utils.show.report import results_table
-from course_utils.show.tables import Note
 
 # ---------------------------------------------------------------------------------------------
 # parent side
@@ -70,7 +69,7 @@ def measure(
     if isolate or env.device_type != "cpu":
         result = _run_child(recipe, budget_gib, progress, timeout_s)
     else:
-        result = run_here(recipe, budget_gib, report_progress=_progress_bar(recipe, progress))
+        result = run_here(recipe, budget_gib, report_progress=_progress_bar(recipe, progress), checked=True)
     if budget_gib is None:
         store.add(result)
     return _as_asked(result, recipe)
@@ -230,10 +229,8 @@ class Results(list):
     def table(self):
         """results.results_table of every recipe, in order: a skipped one is a row with its reason."""
 
-        table = results_table(self.measured)
-        for i, why in sorted(self.skipped.items()):
-            table.rows.insert(i, [self[i].label, Note(f"skipped: {why}")])
-        return table
+        return results_table(self.measured, {self[i].label: why for i, why in self.skipped.items()},
+                             order=[o.label for o in self])
 
 
 def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
@@ -432,18 +429,26 @@ def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
 GROWING = ("max_seq_length", "micro_batch")  # knobs whose memory only grows with the value
 
 
+class Sweep(list):
+    """sweep's Measurements, in the order of the values that ran; `skipped` is {label: why} for the values not run
+    (results_table(points, points.skipped) shows them as skip rows)."""
+
+    def __init__(self, measured, skipped: dict[str, str]):
+        super().__init__(measured)
+        self.skipped = skipped
+
+
 def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store: ResultStore | None = None,
-          progress: bool = True) -> list[Measurement]:
+          progress: bool = True) -> Sweep:
     """Measure `base` with one knob set to each of `values` (e.g. max_seq_length over 64..512), one
-    Measurement per value, in order.
+    Measurement per value run, in order (labelled `knob=value`).
 
     By default (isolate=None) the runs share this process on a CPU (tensor-level figures are the
     same as in a fresh process, and a sweep takes seconds, not minutes); on a GPU each is isolated.
     For a knob in GROWING with rising values, once one value does not fit the larger ones are not run
-    (their memory only grows): each is a 'does not fit' result that says so, and is not stored.
+    (their memory only grows): they are not in the list but in its `skipped`, {label: why}, never a
+    Measurement that looks measured.
     """
-    from course_utils.child import _does_not_fit
-
     values = list(values)
     recipes = [base.with_(**{knob: value}, label=f"{knob}={value}") for value in values]
     rising = knob in GROWING and values == sorted(values)
@@ -455,4 +460,4 @@ def sweep(base: Recipe, knob: str, values, *, isolate: bool | None = None, store
 
     results = measure_all(recipes, store=store, progress=progress, isolate=isolate, desc=f"{knob} sweep",
                           stop_when=stop_when)
-    return [o.measurement or _does_not_fit(o.recipe, o.skipped) for o in results]
+    return Sweep(results.measured, {results[i].label: why for i, why in results.skipped.items()})

@@ -1,5 +1,5 @@
 """Colab by its conventions, statically (issue 30): every notebook asks Colab for a T4 GPU runtime and folds its
-setup cell to a form, as Unsloth's notebooks do (scripts/notebooks/update_badges.py writes both from
+setup cell to a form, as Unsloth's notebooks do (scripts/notebooks/write_notebooks.py setup writes both from
 course_utils.notebook); and the pins never pair JupyterLab 4 with ipywidgets 7, which JupyterLab 4 cannot
 render, while Colab (its own front end) keeps its ipywidgets 7.7."""
 

@@ -63,5 +63,5 @@ def test_a_full_fine_tune_is_peft_config_none():
 
 
 def test_other_answers_are_still_refused_by_name():
-    with pytest.raises(ExerciseError, match="answer must be a Recipe.*base.with_.*SFTConfig"):
+    with pytest.raises(ExerciseError, match="answer must be the libraries' objects.*SFTConfig.*base.with_"):
         check_exercise("01_gradient_checkpointing", {"gradient_checkpointing": True}, BASE)

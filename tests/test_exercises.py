@@ -1,4 +1,4 @@
-"""Every notebook's "Try it" exercise (course_utils/chapter/exercises.py, scripts/notebooks/insert_exercises.py): each worked
+"""Every notebook's "Try it" exercise (course_utils/chapter/exercises.py, scripts/notebooks/write_notebooks.py exercises): each worked
 solution passes its own check on the tiny model's base recipe, a wrong answer fails with the estimated figures
 that decided it, the task texts hold no typed figure, and the insert script is idempotent on a copy of the
 notebooks. Estimator only (the tiny model's estimate is exact on this CPU, tests/test_estimate.py): no training.
@@ -39,7 +39,7 @@ def base(tiny_model) -> Recipe:
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("insert_exercises", ROOT / "scripts" / "notebooks" / "insert_exercises.py")
+    spec = importlib.util.spec_from_file_location("write_notebooks", ROOT / "scripts" / "notebooks" / "write_notebooks.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -65,17 +65,99 @@ def test_the_worked_solution_passes_its_check(base, name):
     assert verdict.lines and any(unit in " ".join(verdict.lines) for unit in ("MiB", "GiB")), str(verdict)
 
 
+def _run_cell(source: str, base: Recipe):
+    """What an answer cell leaves in `answer` when it runs (its library objects)."""
+    import warnings
+
+    scope = {"base": base}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exec(compile(source, "<answer cell>", "exec"), scope)
+    return scope["answer"]
+
+
 @pytest.mark.parametrize("name", list(EXERCISES))
 def test_no_answer_checks_the_worked_solution_and_hides_it(base, name):
-    verdict = check_exercise(name, None, base, "cpu")
-    assert not verdict.passed  # no answer is not a right answer
-    text = str(verdict)
-    assert text.startswith("Not yet: no answer yet. Write yours in the `answer =` cell")
-    assert "the worked solution passes this check here" in text
     ex = exercise(name)
-    assert ex.code(base, "cpu") not in text and ex.how not in text
-    assert not any(line.lstrip().startswith("answer =") for line in text.splitlines())
-    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    unfilled = _run_cell(ex.answer_cell(base, "cpu"), base)  # the answer cell as committed, run
+    for answer, says in ((None, "no answer yet"), (unfilled, "nothing changed yet")):
+        verdict = check_exercise(name, answer, base, "cpu")
+        assert not verdict.passed  # no answer is not a right answer
+        text = str(verdict)
+        assert text.startswith(f"Not yet: {says}") and "change the lines marked `# <- ?`" in " ".join(text.split())
+        assert "the worked solution passes this check here" in text
+        assert ex.code(base, "cpu") not in text and ex.how not in text
+        assert not any(line.lstrip().startswith("answer =") for line in text.splitlines())
+        assert max(len(line) for line in text.splitlines()) <= WIDTH
+
+
+@pytest.mark.parametrize("name", list(EXERCISES))
+def test_the_answer_cell_is_library_code_and_the_worked_solution_fills_it(base, name):
+    """The cell the learner edits holds the libraries' objects (SFTConfig, LoraConfig, BitsAndBytesConfig, or an
+    accelerate config), the same literal code on a CPU and a GPU; the worked solution is that cell filled in, and
+    run, it passes the check (read back through from_library)."""
+    from course_utils.recipe import base_recipe_for
+
+    ex = exercise(name)
+    cell = ex.answer_cell(base, "cpu")
+    assert cell == ex.answer_cell(base_recipe_for("smollm2-360m", "cuda"), "gpu"), "the committed cell is machine's"
+    assert "with_(" not in cell and ("SFTConfig(" in cell or "accelerate_config" in cell) and "# <- ?" in cell
+    assert len(cell.splitlines()) <= 25 and max(map(len, cell.splitlines())) <= WIDTH
+    code = ex.code(base, "cpu")
+    assert "with_(" not in code and "# <- ?" not in code and code.splitlines()[1:] != cell.splitlines()[1:]
+    verdict = ex.check(_run_cell(code, base), base, "cpu")
+    assert verdict.passed, str(verdict)
+
+
+def _library(code: str, **changes) -> str:
+    """An answer cell with `name=value` arguments (or `name = value` lines) changed: what a learner types."""
+    import re
+
+    for name, value in changes.items():
+        code, n = re.subn(rf"(?ms)^({name} = )\w+\(  #[^\n]*\n.*?^\)$", rf"\g<1>{value}", code, count=1)  # a call
+        if not n:
+            code, n = re.subn(rf"(?m)(\b{name}\s*[=:]\s*)[^,\n#]*?(?=\s*(?:,|#|$))", rf"\g<1>{value}", code, count=1)
+        assert n == 1, f"{name} is not in the cell"
+    return code
+
+
+def _wrong_library(base: Recipe) -> list[tuple[str, dict, str]]:
+    """(notebook, changes to its answer cell, words its verdict must say): wrong answers in library code."""
+    return [
+        ("00_where_memory_goes", {"peft_config": "None"}, "tokens is still the larger part"),
+        ("01_gradient_checkpointing", {"per_device_train_batch_size": 64, "activation_checkpointing": False},
+         "gradient_checkpointing is off"),
+        ("02_gradient_accumulation", {"per_device_train_batch_size": 16, "gradient_accumulation_steps": 1},
+         "over the budget"),
+        ("02_gradient_accumulation", {"per_device_train_batch_size": 4}, "train 16 sequences"),
+        ("03_efficient_optimizers", {"optim": '"adamw_8bit"'}, "still LoRA"),
+        ("04_mixed_precision", {"bf16": True}, "refuses precision='bf16'"),
+        ("05_qlora_4bit", {"bnb_config": 'BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.bfloat16)',
+                           "fp16": True, "activation_checkpointing": True}, "bnb_4bit_compute_dtype=bfloat16"),
+        ("05_qlora_4bit", {"bnb_config": 'BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=torch.float16)',
+                           "fp16": True}, "does not fit a T4"),
+        ("06_sequence_length_and_batch", {"max_length": 384}, "over"),
+        ("07_complete_recipe", {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}, "refuses"),
+        ("07_complete_recipe", {"bf16": False, "fp16": True, "per_device_train_batch_size": 16,
+                                "gradient_accumulation_steps": 1}, "does not fit"),
+        ("09_beyond_the_recipe", {"prepare_kbit": False}, "more than the chapter's 6GB"),
+        ("09_beyond_the_recipe", {"max_length": 256, "prepare_kbit": False}, "also changes max_length: 512"),
+        ("09_beyond_the_recipe", {"optim": '"paged_adamw_8bit", neftune_noise_alpha=5'}, "neftune_noise_alpha=5"),
+        ("11_more_than_one_gpu", {"num_processes": 3}, "does not fit one card yet"),
+        ("11_more_than_one_gpu", {"num_processes": "6#"}, "num_processes: '6#' is not a whole number"),
+        ("11_more_than_one_gpu", {"num_processes": 6, "fsdp_offload_params": "true"}, "fsdp_offload_params"),
+        ("11_more_than_one_gpu", {"num_processes": 6, "mixed_precision": "'no'\nnum_gpus: 6"}, "'num_gpus'"),
+    ]
+
+
+def test_a_wrong_library_answer_fails_with_its_message(base):
+    """Wrong answers typed into the answer cell: the estimator's reason, or from_library's message naming the
+    setting it does not model."""
+    for name, changes, says in _wrong_library(base):
+        answer = _run_cell(_library(exercise(name).answer_cell(base, "cpu"), **changes), base)
+        verdict = check_exercise(name, answer, base, "cpu")
+        assert not verdict.passed and str(verdict).startswith("Not yet: "), f"{name} {changes} passed:\n{verdict}"
+        assert says in " ".join(str(verdict).split()), f"{name} {changes}: expected {says!r} in:\n{verdict}"
 
 
 def _wrong(base: Recipe) -> list[tuple[str, Recipe, str]]:
@@ -112,7 +194,7 @@ def _wrong(base: Recipe) -> list[tuple[str, Recipe, str]]:
         ("09_beyond_the_recipe", chapter, "more than the chapter's 6GB"),
         ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False), "more than the chapter's 6GB"),
         ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, max_seq_length=256),
-         "also changes max_seq_length=512"),
+         "also changes max_length: 512"),
         ("09_beyond_the_recipe", chapter.with_(prepare_kbit=False, offload_embeddings=True, micro_batch=2),
          "keep 16 sequences"),
         ("09_beyond_the_recipe", chapter.with_(load_in_4bit=False), "change only"),
@@ -171,7 +253,7 @@ def test_the_chapters_claim_is_its_own_words():
 def test_bad_input_is_a_clear_error(base):
     with pytest.raises(ExerciseError, match="No exercise for '09_nothing'.*01_gradient_checkpointing"):
         check_exercise("09_nothing", None, base)
-    with pytest.raises(ExerciseError, match="answer must be a Recipe.*base.with_"):
+    with pytest.raises(ExerciseError, match="answer must be the libraries' objects.*SFTConfig.*base.with_"):
         check_exercise("01_gradient_checkpointing", {"gradient_checkpointing": True}, base)
     with pytest.raises(ExerciseError, match="base must be a Recipe"):
         show_exercise("01_gradient_checkpointing", "tiny")
@@ -258,11 +340,11 @@ def test_the_script_inserts_one_block_before_the_quiz_and_is_idempotent(tmp_path
         nb["cells"] = [c for c in nb["cells"] if not _tagged(c)]
         p.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     before = {p.name: [c for c in _cells(p) if not _tagged(c)] for p in paths}
-    assert script.main([str(p) for p in paths]) == 0
+    assert script.main(["exercises", *map(str, paths)]) == 0
     once = {p.name: p.read_bytes() for p in paths}
-    assert script.main([str(p) for p in paths]) == 0
+    assert script.main(["exercises", *map(str, paths)]) == 0
     assert {p.name: p.read_bytes() for p in paths} == once
-    assert script.main(["--check", *map(str, paths)]) == 0
+    assert script.main(["exercises", "--check", *map(str, paths)]) == 0
     for p in paths:
         cells = _cells(p)
         assert [c for c in cells if not _tagged(c)] == before[p.name], f"{p.name}: another cell changed"
@@ -277,25 +359,25 @@ def test_the_script_inserts_one_block_before_the_quiz_and_is_idempotent(tmp_path
         for c in (cells[i] for i in block if cells[i]["cell_type"] == "code"):
             source = "".join(c["source"])
             assert c["outputs"] == [] and c["execution_count"] is None
-            assert len(source.splitlines()) <= 15, f"{p.name}: a long exercise cell"
+            assert len(source.splitlines()) <= 25, f"{p.name}: a long exercise cell"
             assert not any(isinstance(n, (ast.FunctionDef, ast.Lambda)) for n in ast.walk(ast.parse(source)))
 
 
 def test_the_script_keeps_outputs_and_replaces_a_stale_block(tmp_path, script):
     path = _copy(tmp_path)[1]
-    script.main([str(path)])
+    script.main(["exercises", str(path)])
     nb = json.loads(path.read_text(encoding="utf-8"))
     check = next(c for c in nb["cells"] if _tagged(c) and "check_exercise" in "".join(c["source"]))
     check["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["Holds: ...\n"]}]
-    answer = next(c for c in nb["cells"] if _tagged(c) and "".join(c["source"]).startswith("answer ="))
-    answer["source"] = ["answer = base  # an old, stale cell\n"]
+    answer = next(c for c in nb["cells"] if _tagged(c) and "answer =" in "".join(c["source"]))
+    answer["source"] = ["answer = None  # your recipe: base.with_(...) (an old, stale cell)\n"]
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    assert script.main(["--check", str(path)]) == 1
-    script.main([str(path)])
+    assert script.main(["exercises", "--check", str(path)]) == 1
+    script.main(["exercises", str(path)])
     cells = _cells(path)
     assert sum(_tagged(c) for c in cells) == 5
     assert next(c for c in cells if _tagged(c) and "check_exercise" in "".join(c["source"]))["outputs"]
-    assert any("".join(c["source"]).startswith("answer = None") for c in cells if _tagged(c))
+    assert any("SFTConfig(" in "".join(c["source"]) for c in cells if _tagged(c))
 
 
 def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
@@ -304,7 +386,7 @@ def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
     from course_utils.chapter.solution_reveal import SolutionReveal
 
     paths = _copy(tmp_path)
-    script.main([str(p) for p in paths])
+    script.main(["exercises", *map(str, paths)])
     for p in paths:
         scope = {"base": base, "chapter": source_chapter_recipe(LLAMA), "path": beyond.path_here("tiny")}
         shown = []
@@ -315,10 +397,25 @@ def test_the_inserted_cells_run_and_pass(tmp_path, script, base):
             if last is not None:
                 shown.append(eval(compile(ast.Expression(last.value), p.name, "eval"), scope))
         task, solution, verdict = shown
-        assert isinstance(task, X.Shown) and isinstance(solution, SolutionReveal) and scope["answer"] is None
+        assert isinstance(task, X.Shown) and isinstance(solution, SolutionReveal) and scope["answer"] is not None
         assert not verdict.passed and "the worked solution passes this check here" in str(verdict), p.name
+        assert str(verdict).startswith("Not yet: nothing changed yet"), p.name
 
 
 def test_the_exercise_modules_stay_small():
     for module in (X,):
         assert len(Path(module.__file__).read_text().splitlines()) < 500, module.__name__
+
+
+def test_the_committed_answer_cells_are_the_rungs_in_library_code(base):
+    """Each notebook's answer cell, as committed, is its exercise's answer_cell (the libraries' objects, not a
+    Recipe); run as nbval runs it, it leaves the starting rung in `answer`, which the check reads as unchanged."""
+    from course_utils.chapter.exercises import WITHOUT_EXERCISE
+
+    for p in (p for p in NOTEBOOKS if p.stem not in WITHOUT_EXERCISE):
+        ex = exercise(p.stem)
+        cells = [c for c in _cells(p) if _tagged(c) and c["cell_type"] == "code"]
+        source = "".join(cells[1]["source"])
+        assert source == ex.answer_cell(base, "cpu"), p.name
+        assert "with_(" not in source and cells[1]["outputs"] == []
+        assert ex.unchanged(_run_cell(source, base), base, "cpu"), p.name

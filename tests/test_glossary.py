@@ -1,4 +1,4 @@
-"""The glossary (course_utils/chapter/glossary.py, GLOSSARY.md, scripts/notebooks/link_glossary.py): every term of the teaching
+"""The glossary (course_utils/chapter/glossary.py, GLOSSARY.md, scripts/notebooks/write_notebooks.py glossary): every term of the teaching
 review's jargon list (section 3.2) is defined, GLOSSARY.md is the current rendering, and each notebook links a
 term where it first appears (its first prose mention, or the Markdown cell that introduces the output showing it)."""
 
@@ -52,7 +52,7 @@ def test_glossary_md_is_current_and_has_every_anchor():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_each_notebook_links_a_term_where_it_first_appears(path):
     nb = _load(path)
-    assert G.missing_links(nb) == [], "run python scripts/notebooks/link_glossary.py notebooks/*.ipynb"
+    assert G.missing_links(nb) == [], "run python scripts/notebooks/write_notebooks.py glossary"
     assert G.with_links(nb) == nb  # nothing left to add: the script is idempotent on the committed notebooks
     assert G.first_uses(nb), f"{path.name} shows no glossary term"
 

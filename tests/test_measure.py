@@ -18,6 +18,7 @@ from course_utils.common import CATEGORIES
 from course_utils.models import ModelUnavailableError
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement, ResultStore
+from course_utils.show.report import results_table
 
 # --- real subprocess measurements ----------------------------------------------------------------
 
@@ -305,9 +306,13 @@ def test_a_sweep_stops_running_once_a_growing_knob_does_not_fit(monkeypatch, tin
 
     monkeypatch.setattr(measure_mod, "measure", stub)
     points = measure_mod.sweep(BASE, "max_seq_length", (16, 32, 48, 64), progress=False)
-    assert seen == [16, 32] and [m.fits for m in points] == [True, False, False, False]
-    assert [m.label for m in points] == [f"max_seq_length={n}" for n in (16, 32, 48, 64)]
-    assert "max_seq_length=32 did not fit" in points[2].error and points[3].recipe["max_seq_length"] == 64
+    assert seen == [16, 32] and [m.fits for m in points] == [True, False]  # what ran, measured
+    assert [m.label for m in points] == [f"max_seq_length={n}" for n in (16, 32)]
+    assert list(points.skipped) == ["max_seq_length=48", "max_seq_length=64"]  # not run: a skip, not a Measurement
+    assert all("max_seq_length=32 did not fit" in why for why in points.skipped.values())
+    rows = [line for line in str(results_table(points, points.skipped)).splitlines() if line.startswith("max_seq")]
+    assert [r.split()[0] for r in rows] == [f"max_seq_length={n}" for n in (16, 32, 48, 64)]
+    assert "skipped: not run: max_seq_length=32 did not fit" in rows[3]
     seen.clear()  # falling values, or a knob whose memory need not grow: every value runs
     measure_mod.sweep(BASE, "max_seq_length", (64, 48, 32, 16), progress=False)
     assert seen == [64, 48, 32, 16]

@@ -161,7 +161,7 @@ def test_nbval_markers_are_cell_tags_not_code_comments(path):
 
 
 def test_badges_are_up_to_date():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "update_badges.py"), "--check"],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "write_notebooks.py"), "setup", "--check"],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -178,7 +178,7 @@ def test_every_setup_cell_is_the_template():
     sources = {p.name: "".join(_setup_cell(p)["source"]) for p in NOTEBOOKS}
     assert len(sources) == len(EXPECTED)
     stale = [name for name, source in sources.items() if source != setup_cell()]
-    assert not stale, f"setup cell differs from course_utils.chapter.every_notebook.SETUP_CELL in {stale}: run scripts/notebooks/update_badges.py"
+    assert not stale, f"setup cell differs from course_utils.chapter.every_notebook.SETUP_CELL in {stale}: run scripts/notebooks/write_notebooks.py setup"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -352,7 +352,7 @@ def test_setup_cell_does_nothing_outside_colab(monkeypatch, capsys):
 # --- static views of the quizzes and the checklist -----------------------------------------------
 # GitHub, nbviewer and a notebook opened without a kernel draw no widgets: the committed quiz and
 # checklist cells keep the Markdown and text copy the widgets display beside their view
-# (course_utils.static_copy); scripts/notebooks/clean_notebooks.py removes the view and the widget state only.
+# (course_utils.static_copy); scripts/notebooks/write_notebooks.py clean removes the view and the widget state only.
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 QUIZ_CALLS = {"show_quiz": "make_quiz", "show_chapter_quiz": "make_chapter_quiz"}
 
@@ -409,7 +409,7 @@ def test_quiz_cells_show_their_questions_statically(path):
         markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
         assert len(markdown) == 1 and len(text) == 1, (
             f"{path.name}: the quiz cell {quiz.title!r} has {len(markdown)} Markdown and {len(text)} text outputs, "
-            "not one of each: re-execute the notebook and run scripts/notebooks/clean_notebooks.py")
+            "not one of each: re-execute the notebook and run scripts/notebooks/write_notebooks.py clean")
         one_line = lambda text: " ".join(text.split())  # noqa: E731  (the text copy is wrapped at 100 characters)
         for rendering in (one_line(_unescaped(markdown[0])), one_line(text[0])):
             for q in quiz.question_list:
@@ -448,7 +448,7 @@ def test_checklist_cells_show_their_state_statically():
         markdown, text = _shown(outputs, "text/markdown"), _shown(outputs, "text/plain")
         assert len(markdown) == 1 and len(text) == 1, (
             f"{path.name}: the checklist cell has {len(markdown)} Markdown and {len(text)} text outputs, not one "
-            "of each: re-execute the notebook and run scripts/notebooks/clean_notebooks.py")
+            "of each: re-execute the notebook and run scripts/notebooks/write_notebooks.py clean")
         assert "estimated peak" in markdown[0] and "estimated peak" in text[0]
         for item, _, _ in CHECKLIST:
             assert re.search(rf"^\| [\u2611\u2610] (yes|no) \| {re.escape(md_escape(item))} \|", markdown[0], re.M), (
@@ -462,21 +462,19 @@ def test_no_output_carries_a_widget_view(path):
     """A widget view is a model id that means nothing without the kernel: the cleaning script removes it."""
     for i, cell in enumerate(_load(path)["cells"]):
         for out in cell.get("outputs", []):
-            assert WIDGET_VIEW not in out.get("data", {}), f"{path.name} cell {i}: run scripts/notebooks/clean_notebooks.py"
+            assert WIDGET_VIEW not in out.get("data", {}), f"{path.name} cell {i}: run scripts/notebooks/write_notebooks.py clean"
 
 
-def test_committed_notebooks_are_clean(tmp_path):
-    """scripts/notebooks/clean_notebooks.py changes nothing in a committed notebook."""
+def test_committed_notebooks_are_clean():
+    """`scripts/notebooks/write_notebooks.py clean` changes nothing in a committed notebook."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "notebooks" / "clean_notebooks.py")
+    spec = importlib.util.spec_from_file_location("write_notebooks", ROOT / "scripts" / "notebooks" / "write_notebooks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    for path in NOTEBOOKS:
-        copy = tmp_path / path.name
-        copy.write_text(path.read_text())
-        assert mod.clean(copy) == []
-        assert copy.read_text() == path.read_text(), f"{path.name}: run scripts/notebooks/clean_notebooks.py on it"
+    changed, problems = mod.run("clean", NOTEBOOKS, check=True)
+    assert problems == []
+    assert changed == [], f"run scripts/notebooks/write_notebooks.py clean on {[p.name for p in changed]}"
 
 
 def test_committed_notebooks_name_the_kernel_as_ipykernel_does():

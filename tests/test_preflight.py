@@ -278,7 +278,7 @@ def test_a_noisy_stored_speed_is_measured_again(tmp_path, monkeypatch, tiny_mode
     store = measure.ResultStore(tmp_path / "r.jsonl")
     store.add(_measured(spread=0.9))
     steady = _measured(spread=0.02, cpu_share=0.95)
-    monkeypatch.setattr(measure, "run_here", lambda recipe, budget, report_progress=None: steady)
+    monkeypatch.setattr(measure, "run_here", lambda recipe, budget, report_progress=None, **how: steady)
     assert measure.measure(Recipe(), store=store, isolate=False, progress=False) is steady
     assert store.find(Recipe(), steady.env_key).timing["spread"] == 0.02
     assert measure.measure(Recipe(), store=store, isolate=False, progress=False).cached  # steady: reused

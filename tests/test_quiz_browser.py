@@ -8,7 +8,7 @@ One JupyterLab server and one Chromium serve both tests, which do what a learner
   the feedback and the score read off the page, the expected answers and messages from the bank itself,
   and each right answer locked in bold green with a check mark (not a disabled control's pale grey);
 - notebook 07 as committed, nothing run: its quiz's questions and choices and its checklist's table show
-  as rendered Markdown (the static copies scripts/notebooks/clean_notebooks.py keeps), and no answer or explanation
+  as rendered Markdown (the static copies scripts/notebooks/write_notebooks.py clean keeps), and no answer or explanation
   shows; then its two checklist cells are run and an item unticked and ticked again, the report following
   (a table inside the output area, one line a row, no checkbox label clipped).
 

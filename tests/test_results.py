@@ -253,8 +253,9 @@ def test_results_table_units_follow_the_size_and_mark_a_noisy_speed():
 def test_format_table_does_not_fit_and_skipped_rows():
     ok = make("fits")
     oom = make("too big", status="does_not_fit", error="BudgetExceeded: over the budget", micro_batch=64)
-    same = make("same as above")
-    table = results_table([ok, oom, same], skipped={2: "same recipe as the rung above"})
+    # a skipped rung is a name and a reason (run_ladder's rungs.skipped), not a copy of the rung above
+    table = results_table([ok, oom], skipped={"same as above": "same recipe as the rung above"},
+                          order=["fits", "too big", "same as above"])
     text = str(table)
     oom_line = next(line for line in text.splitlines() if line.startswith("too big"))
     assert "does not fit: BudgetExceeded: over the budget" in oom_line
@@ -265,6 +266,20 @@ def test_format_table_does_not_fit_and_skipped_rows():
     assert frame["note"].tolist() == ["", "does not fit: BudgetExceeded: over the budget",
                                       "skipped: same recipe as the rung above"]
     assert frame["peak (MiB)"].isna().tolist() == [False, True, True]
+
+
+def test_a_skipped_rung_sits_in_its_place_on_the_ladder():
+    """run_ladder's {rung name: why}: each skipped rung is a skip row between the measured rungs, in the ladder's
+    order (RUNG_NAMES, the default), with no numbers."""
+    from course_utils.recipe import RUNG_NAMES
+
+    first, third, fifth = (make(RUNG_NAMES[i]) for i in (0, 2, 4))
+    why = {RUNG_NAMES[3]: "same recipe as the rung above", RUNG_NAMES[1]: "cannot run here", "elsewhere": "not here"}
+    frame = results_table([first, third, fifth], skipped=why).to_frame()
+    assert frame["recipe"].tolist() == [*RUNG_NAMES[:5], "elsewhere"]
+    assert frame["note"].tolist() == ["", "skipped: cannot run here", "", "skipped: same recipe as the rung above",
+                                      "", "skipped: not here"]
+    assert frame["peak (MiB)"].isna().tolist() == [False, True, False, True, False, True]
 
 
 def test_describe_change_names_labels_numbers_and_category():

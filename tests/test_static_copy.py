@@ -108,9 +108,10 @@ def test_checklist_as_a_cells_last_expression_displays_once(ipython_shell):
 
 # --- the cleaning script -------------------------------------------------------------------------
 def _cleaner():
-    spec = importlib.util.spec_from_file_location("clean_notebooks", ROOT / "scripts" / "notebooks" / "clean_notebooks.py")
+    spec = importlib.util.spec_from_file_location("write_notebooks", ROOT / "scripts" / "notebooks" / "write_notebooks.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    mod.clean_file = lambda path: mod.run("clean", [path])[1]  # the problems left in one notebook, cleaned in place
     return mod
 
 
@@ -134,7 +135,7 @@ def test_cleaning_removes_widget_state_only_and_is_idempotent(tmp_path):
           "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(nb))
-    assert mod.clean(path) == []
+    assert mod.clean_file(path) == []
     once = path.read_text()
     cleaned = json.loads(once)
     assert "widgets" not in cleaned["metadata"]
@@ -142,7 +143,7 @@ def test_cleaning_removes_widget_state_only_and_is_idempotent(tmp_path):
         text, _display({"text/plain": "Quiz", "text/markdown": "**Quiz**\n1. a question"}),
         _display({"text/plain": "Table", "text/html": "<table></table>"}), plot]
     assert cleaned["cells"][1] == nb["cells"][1]
-    assert mod.clean(path) == [] and path.read_text() == once  # a second run changes nothing
+    assert mod.clean_file(path) == [] and path.read_text() == once  # a second run changes nothing
 
 
 def test_cleaning_reports_an_absolute_path_in_a_static_copy(tmp_path):
@@ -153,7 +154,7 @@ def test_cleaning_reports_an_absolute_path_in_a_static_copy(tmp_path):
           "nbformat": 4, "nbformat_minor": 5}
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(nb))
-    (problem,) = mod.clean(path)
+    (problem,) = mod.clean_file(path)
     assert "n.ipynb cell 0" in problem and "/home/learner/course/quiz.yaml" in problem
 
 
@@ -165,7 +166,7 @@ def _explanations(q) -> list[str]:
 
 def test_executed_notebook_renders_the_quiz_and_checklist_statically(tmp_path):
     """Run a quiz cell and a checklist cell in a real kernel, clean the notebook with
-    scripts/notebooks/clean_notebooks.py as the committed ones are, and render it with nbconvert (nbviewer's
+    scripts/notebooks/write_notebooks.py clean as the committed ones are, and render it with nbconvert (nbviewer's
     renderer): the questions, without their answers, and the checklist's items show."""
     import nbformat
     from nbclient import NotebookClient
@@ -183,7 +184,7 @@ def test_executed_notebook_renders_the_quiz_and_checklist_statically(tmp_path):
         assert {"text/plain", "text/markdown", WIDGET_VIEW} <= set(cell.outputs[0].data)
     path = tmp_path / "executed.ipynb"
     nbformat.write(nb, path)
-    clean = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "clean_notebooks.py"), str(path)],
+    clean = subprocess.run([sys.executable, str(ROOT / "scripts" / "notebooks" / "write_notebooks.py"), "clean", str(path)],
                            capture_output=True, text=True)
     assert clean.returncode == 0, clean.stdout + clean.stderr
     cleaned = nbformat.read(path, as_version=4)

@@ -18,6 +18,7 @@ from course_utils.chapter import texts
 from course_utils.chapter.troubleshooting import sources as S
 from course_utils.chapter.troubleshooting import guide as T
 from course_utils.cli import build_parser
+from course_utils.cli_recipe import FLAGS
 
 # The words each entry exists for: one of its messages must hold them (the issue names most of them).
 KEY_WORDS = {
@@ -221,10 +222,24 @@ def test_the_estimate_command_describes_the_recipe(rendered):
     command = S.estimate_command(recipe)
     args = build_parser().parse_args(shlex.split(command)[1:])
     parsed = _recipe_from_args(args)
-    knobs = ("model", "precision", "micro_batch", "grad_accum", "max_seq_length", "optimizer",
-             "gradient_checkpointing", "load_in_4bit", "double_quant", "lora_r")
+    knobs = ("model", *FLAGS["estimate"])  # every knob the estimator reads, as the CLI derives them
     assert {k: getattr(parsed, k) for k in knobs} == {k: getattr(recipe, k) for k in knobs}
     assert args.hardware == "t4" and command in rendered
+
+
+def test_the_estimate_command_spells_every_estimate_flag_the_parser_reads():
+    """A recipe away from the base in every knob the estimator reads: the command parses back to it."""
+    from course_utils.cli import _recipe_from_args
+    from course_utils.recipe import Recipe
+
+    recipe = Recipe(model="smollm2-360m", precision="fp32", load_in_4bit=True, double_quant=False, lora_r=8,
+                    lora_dropout=0.1, lora_targets=("q_proj", "v_proj"), gradient_checkpointing=True, micro_batch=2,
+                    grad_accum=3, optimizer="adamw_8bit", max_seq_length=128, prepare_kbit=False,
+                    offload_embeddings=True, liger_kernels=True, offload_activations=True)
+    command = S.estimate_command(recipe, "cpu")
+    parsed = _recipe_from_args(build_parser().parse_args(shlex.split(command)[1:]))
+    assert {k: getattr(parsed, k) for k in FLAGS["estimate"]} == {k: getattr(recipe, k) for k in FLAGS["estimate"]}
+    assert "--no-double-quant" in command and "--no-prepare-kbit" in command
 
 
 def test_every_notebook_links_its_troubleshooting_entries():
@@ -235,7 +250,7 @@ def test_every_notebook_links_its_troubleshooting_entries():
     for path in sorted((texts.ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
         tagged = [c for c in cells if "troubleshooting" in c.get("metadata", {}).get("tags", [])]
-        assert len(tagged) == 1, f"{path.name}: run python scripts/notebooks/insert_extras.py {path}"
+        assert len(tagged) == 1, f"{path.name}: run python scripts/notebooks/write_notebooks.py troubleshooting {path}"
         assert "".join(tagged[0]["source"]) == notebook_markdown(path.name[:2]), path.name
         setup = next(i for i, c in enumerate(cells) if c["cell_type"] == "code")
         assert cells[setup + 1] is tagged[0], f"{path.name}: the troubleshooting cell belongs right after the setup"

@@ -121,13 +121,13 @@ def test_refresh_rewrites_a_stale_pinned_figure_and_says_which():
     assert facts.refresh(text) == (text, []) and not facts.unsourced(text)
 
 
-def test_refresh_figures_script_checks_and_rewrites_a_readme_and_a_notebook(tmp_path, capsys):
+def test_the_figures_writer_checks_and_rewrites_a_readme_and_a_notebook(tmp_path, capsys):
     import json
     import runpy
     from pathlib import Path
 
-    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "notebooks" / "refresh_figures.py"),
-                            run_name="refresh_figures")
+    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "notebooks" / "write_notebooks.py"),
+                            run_name="write_notebooks")
     expr = "{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}"
     now = f"{facts.ref('QLoRA 16x1').cuda_max_allocated / 2**30:.2f}"
     readme, nb = tmp_path / "README.md", tmp_path / "x.ipynb"
@@ -135,9 +135,9 @@ def test_refresh_figures_script_checks_and_rewrites_a_readme_and_a_notebook(tmp_
     cells = [{"cell_type": "markdown", "metadata": {}, "source": [f"peak 9.99<!--{expr}--> GiB\n", "more\n"]},
              {"cell_type": "code", "metadata": {}, "source": ["x = 9.99\n"], "outputs": [], "execution_count": None}]
     nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n")
-    assert script["main"]([str(readme), str(nb), "--check"]) == 1 and "9.99" in readme.read_text()
-    assert script["main"]([str(readme), str(nb)]) == 0
+    assert script["main"](["figures", str(readme), str(nb), "--check"]) == 1 and "9.99" in readme.read_text()
+    assert script["main"](["figures", str(readme), str(nb)]) == 0
     assert readme.read_text() == f"peaked at {now}<!--{expr}--> GiB\n"
     cells = json.loads(nb.read_text())["cells"]
     assert cells[0]["source"] == [f"peak {now}<!--{expr}--> GiB\n", "more\n"] and cells[1]["source"] == ["x = 9.99\n"]
-    assert script["main"]([str(readme), str(nb), "--check"]) == 0 and "0 figure(s) stale" in capsys.readouterr().out
+    assert script["main"](["figures", str(readme), str(nb), "--check"]) == 0 and "figures: nothing to change" in capsys.readouterr().out

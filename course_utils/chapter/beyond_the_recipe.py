@@ -39,7 +39,7 @@ from course_utils.common import GiB, shipped
 from course_utils.estimate import estimate, model_shapes
 from course_utils.estimate.plan import needed_bytes
 from course_utils.machine import HardwareError
-from course_utils.recipe import Recipe, source_chapter_recipe
+from course_utils.recipe import TECHNIQUES, Recipe, source_chapter_recipe
 from course_utils.results import shipped_results
 from course_utils.show.tables import Column, Table
 
@@ -48,6 +48,7 @@ LEAN_MAX_RATIO = 0.70
 LEAN_MAX_GIB = 5.7
 FAST_MAX_GIB = 16.0
 FAST_MIN_SPEEDUP = 8.0
+BEYOND = tuple(t for t in TECHNIQUES if t.where == "beyond")  # notebook 09's techniques, from the one table
 
 
 def source(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
@@ -149,9 +150,9 @@ def path_runnable(model: str) -> tuple[list[Recipe], dict[int, str]]:
         why = why_not_here(recipe)
         if why is not None:
             skip[i] = why
-            for knob in ("liger_kernels", "offload_activations", "offload_embeddings"):
-                if getattr(recipe, knob) and why_not_here(recipe.with_(**{knob: False})) != why:
-                    dropped[knob] = False
+            for t in BEYOND:  # notebook 09's techniques (TECHNIQUES' "beyond" rows): the one that cannot run here
+                if t.on(recipe) and why_not_here(recipe.with_(**{t.fields[0]: t.default})) != why:
+                    dropped[t.fields[0]] = t.default
         recipes.append(recipe)
     return recipes, skip
 
@@ -335,10 +336,11 @@ def _solve_08(start: Recipe, hw: str) -> Recipe:
 _T08 = ("The chapter says \"{claim}\". Its own recipe on Llama-3.1-8B (`source_chapter_recipe(\"llama-3.1-8b\")`) "
         "is estimated to allocate {alloc} GiB at its peak on a bf16 GPU (what `torch.cuda.max_memory_allocated()` "
         "reads), against {gb} GB read strictly, as {gb} billion bytes = {budget} GiB (a card labelled {gb} GB "
-        "offers a little more: GPU memory is labelled in binary units). With this notebook's changes (`prepare_kbit=False`, "
-        "`offload_embeddings=True`, `liger_kernels=True`, `offload_activations=True`, another micro-batch at "
-        "the same {n} sequences per step), make the estimate allocate **at most** that while training the same "
-        "thing: the same model, 4-bit weights, LoRA, precision and sequence length.")
+        "offers a little more: GPU memory is labelled in binary units). With this notebook's changes (no "
+        "`prepare_model_for_kbit_training` call: `prepare_kbit = False`; `offload_embeddings = True`; "
+        "`use_liger_kernel=True`; `activation_offloading=True`; another `per_device_train_batch_size` at the same "
+        "{n} sequences per step), make the estimate allocate **at most** that while training the same thing: the "
+        "same model, 4-bit weights, LoRA, precision and sequence length.")
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)

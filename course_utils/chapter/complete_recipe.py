@@ -201,8 +201,8 @@ _T07 = ("The chapter's recipe (`chapter`: {recipe}) trains {n} sequences of {seq
         "{mb} x {acc}. On a free T4, where `precision=\"auto\"` is fp16, it is estimated at {peak} GiB and needs "
         "{peak} x {factor} + {margin} = {need} GiB by the planner's rule, of the card's {t4} GiB. A bigger "
         "micro-batch with less accumulation trains the same thing faster: find the **largest micro-batch** that "
-        "still fits a T4 at the same {n} sequences per step. Change only `micro_batch`, `grad_accum` and "
-        "`precision`.")
+        "still fits a T4 at the same {n} sequences per step. Change only `per_device_train_batch_size`, "
+        "`gradient_accumulation_steps` and the precision flags (`bf16`, `fp16`).")
 
 
 def closing_07(first: Measurement, last: Measurement, reference, model: str) -> str:

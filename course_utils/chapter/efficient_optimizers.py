@@ -49,10 +49,10 @@ def _check_03(answer: Recipe, start: Recipe, hw: str) -> Verdict:
 def _solve_03(start: Recipe, hw: str) -> Recipe:
     full = start.with_(lora_r=None)
     return full.with_(optimizer=min(CHAPTER_OPTIMIZERS, key=lambda o: _held_state(full.with_(optimizer=o), hw)))
-_T03 = ("A full fine-tune of this model (`lora_r=None`) with AdamW keeps {adamw} MiB of optimizer state at the "
-        "estimated peak. Which of the chapter's optimizers ({names}) keeps the **least**? Show it: your answer "
-        "is the full fine-tune with that optimizer; the check lists what each one keeps. Paged state counts: "
-        "paging moves state out of PyTorch's allocator, it does not make it smaller.")
+_T03 = ("A full fine-tune of this model (`peft_config = None`) with AdamW keeps {adamw} MiB of optimizer state at "
+        "the estimated peak. Which of the chapter's optimizers (`optim=`: {names}) keeps the **least**? Show it: "
+        "your answer is the full fine-tune with that optimizer; the check lists what each one keeps. Paged state "
+        "counts: paging moves state out of PyTorch's allocator, it does not make it smaller.")
 
 
 def paging(model: str = "llama-3.1-8b") -> str:

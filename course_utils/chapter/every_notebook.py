@@ -78,14 +78,14 @@ def load_for_inspection(model: str, load_in_4bit: bool, double_quant: bool = Tru
         loaded, _ = build.load_model(recipe, check_hardware(recipe))
     return loaded
 
-# The one place the repository's address lives: scripts/notebooks/update_badges.py writes it into every
+# The one place the repository's address lives: `write_notebooks.py setup` writes it into every
 # notebook's "Open in Colab" badge and Colab setup cell. Both name the release tag RELEASE_TAG, a fixed
 # version, not a moving branch: the badge opens the release's notebook and the setup cell installs the
 # release's course_utils, so a learner never runs a notebook from main against an older package.
 REPOSITORY = "github.com/llm-course/memory-efficient-training"
 RELEASE_TAG = f"v{__version__}"  # from the one version number, course_utils.__version__
 
-# Every notebook's first code cell, written by scripts/notebooks/update_badges.py (its --check fails on a stale
+# Every notebook's first code cell, written by `write_notebooks.py setup` (its --check fails on a stale
 # one). It imports nothing heavy: torch and the course are not importable before it has run. It fits one
 # screen (at most 25 lines of at most 100 characters), and Colab shows it folded to its #@title line
 # (SETUP_CELL_METADATA: Colab's "form" view).
@@ -122,7 +122,7 @@ if "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ:
     print(f"installed memory-efficient-training $tag, keeping {', '.join(keep)}" + note)""")
 SETUP_CELL_METADATA = {"cellView": "form"}  # Colab folds the cell to its #@title line
 # Every notebook's metadata asks Colab for a GPU runtime, a T4 (the free one), as Unsloth's notebooks do;
-# without it Colab opens a CPU runtime. scripts/notebooks/update_badges.py writes it.
+# without it Colab opens a CPU runtime. `write_notebooks.py setup` writes it.
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
 
 
@@ -179,7 +179,7 @@ def base_recipe(model: str) -> Recipe:
 
     On a CPU: micro-batch 4 x 256 tokens, 6 steps (2 warm-up, 1 tracked, 3 timed), learning rate
     1e-3 (the tiny model has random weights; LoRA needs bigger steps to show learning quickly).
-    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (14.75 GiB) holds
+    On a GPU: micro-batch 4 x 512 tokens, the chapter's 2e-4: sized so a free T4 (machine.T4_CARD_GIB) holds
     the small hub model's baseline; on Llama-3.1-8B the fp32 baseline is expected not to fit.
     """
 

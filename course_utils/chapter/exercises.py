@@ -1,24 +1,30 @@
-"""Try it: one exercise per notebook, after its measurement and before its quiz (issue 15).
+"""Try it: one exercise per notebook, after its measurement and before its quiz (issue 15), answered in the
+libraries' own code (issue 29).
 
-Each `Exercise` is a short task that changes the notebook's recipe, done with the course's own calls
-(`base.with_(...)`, `estimate`, `plan`), and decided by the estimator, which on the embedded tiny model on a
-CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
+Each `Exercise` is a short task that changes the notebook's recipe, decided by the estimator, which on the embedded
+tiny model on a CPU equals the measured tensor-level peak to the byte (tests/test_estimate.py):
 
 - `task(base)`: the task as Markdown. Every figure in it is computed from the notebook's base recipe (its
   estimate, the model's config, the planner's rule, the source chapter's text), and a derived figure shows
   its arithmetic; the templates hold no typed figure (tests/test_exercises.py runs facts.unsourced on them).
-- `check(answer, base)`: a Verdict, passed or not, and why: the estimated figures it decided on.
+- `answer_cell(base)`: the cell the learner edits, the libraries' objects (SFTConfig, LoraConfig,
+  BitsAndBytesConfig; notebook 11 an accelerate config) of the rung the task starts from, with the lines to
+  change marked `# <- ?` (course_utils/chapter/exercise_library.py writes it).
+- `check(answer, base)`: a Verdict, passed or not, and why: the estimated figures it decided on. The answer's
+  objects are read back into a Recipe through course_utils/from_library.py, whose messages name a setting the
+  course does not model; a Recipe (`base.with_(...)`) is still accepted.
 - `solution(base)`: the worked solution, found as a learner would (one change at a time, the estimator in
-  the loop); `show_solution` shows it as code. The checks and searches live in course_utils.exercise_checks.
+  the loop); `code` shows it as the answer cell filled in.
 
-The notebook's cells (scripts/notebooks/insert_exercises.py writes them): `show_exercise(name, base)`,
-`answer = None`, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which
-checks the worked solution while `answer is None`, so the cell passes under nbval with the solution applied.
+The notebook's cells (`scripts/notebooks/write_notebooks.py exercises` writes them): `show_exercise(name, base)`, the answer
+cell, `show_solution(name, base)` (collapsed) and `check_exercise(name, answer, base)`, which checks the worked
+solution while the answer is still the cell's starting rung, so the cell passes under nbval as committed.
 
 Hardware: on a CPU the estimate's CPU; on a GPU this machine's kind ('gpu' with bf16; 't4' without it or
 under COURSE_PROFILE=t4). Exercises 04, 05 and 07 are about a free T4, 09 about the chapter's claim for a
 bf16 GPU and 11 about bf16 cards of 24 GiB: those estimate for that hardware wherever they run. Exercise 11's
-answer is a number of GPUs (answer_kind="gpus"; its check: exercise_checks_multi), the others' a Recipe.
+answer is a number of GPUs, num_processes in its accelerate config (answer_kind="gpus"; its check:
+more_than_one_gpu.check), the others' a Recipe.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from course_utils import machine
-from course_utils.chapter.exercise_library import answer_recipe, is_library_answer, solution_lines
+from course_utils.chapter.exercise_library import ANSWER_TYPES, answer_code, cell_start, library_name, read_answer
 from course_utils.common import GiB, MiB
 from course_utils.estimate import EstimateError, estimate, load_config
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes, parse_budget
@@ -111,8 +117,9 @@ def _only(answer: Recipe, start: Recipe, allowed: set[str]) -> Verdict | None:
     extra = [f for f in _changed(answer, start) if f not in allowed]
     if not extra:
         return None
-    was = ", ".join(f"{f}={getattr(start, f)!r} (yours: {getattr(answer, f)!r})" for f in extra)
-    return Verdict(False, f"change only {', '.join(sorted(allowed))}; your answer also changes {was}")
+    was = ", ".join(f"{library_name(f)}: {getattr(start, f)!r} (yours: {getattr(answer, f)!r})" for f in extra)
+    allowed_names = ", ".join(sorted(map(library_name, allowed)))
+    return Verdict(False, f"change only {allowed_names}; your answer also changes {was}")
 
 
 def _refuse(condition: bool, title: str, lines: tuple[str, ...] = ()) -> Verdict | None:
@@ -121,7 +128,7 @@ def _refuse(condition: bool, title: str, lines: tuple[str, ...] = ()) -> Verdict
 
 
 def _still_lora(a: Recipe) -> Verdict | None:
-    return _refuse(a.uses_lora, f"still LoRA (lora_r={a.lora_r}): a full fine-tune is lora_r=None")
+    return _refuse(a.uses_lora, f"still LoRA (LoraConfig r={a.lora_r}): a full fine-tune is peft_config = None")
 
 
 def _first(*verdicts: Verdict | None) -> Verdict | None:
@@ -271,42 +278,58 @@ class Exercise:
         """The task as Markdown, its figures computed from `base`."""
         return self.template.format(**self.figures(self.start(_recipe(base, "base")), self.hw(hardware)))
 
-    def check(self, answer: Recipe, base: Recipe, hardware: str | None = None) -> Verdict:
-        """Whether `answer` holds, decided by the estimator, with the figures it decided on."""
-        start = self.start(_recipe(base, "base"))
-        if self.answer_kind != "gpus" and is_library_answer(answer):  # SFTConfig / LoraConfig / BitsAndBytesConfig
-            answer = answer_recipe(answer, start, self.hw(hardware))
+    def check(self, answer, base: Recipe, hardware: str | None = None) -> Verdict:
+        """Whether `answer` holds, decided by the estimator, with the figures it decided on. The answer is the
+        answer cell's library objects (read back through course_utils/from_library.py), an accelerate config
+        (notebook 11), or a Recipe."""
+        start, hw = self.start(_recipe(base, "base")), self.hw(hardware)
+        answer, problem = read_answer(self.notebook, answer, start, hw, gpus=self.answer_kind == "gpus")
+        if problem:
+            return Verdict(False, problem)
         answer = answer if self.answer_kind == "gpus" else _recipe(answer, "answer")
-        return self.checker(answer, start, self.hw(hardware))
+        return self.checker(answer, start, hw)
+
+    def unchanged(self, answer, base: Recipe, hardware: str | None = None) -> bool:
+        """Whether `answer` is still the answer cell's starting rung, as the cell holds it (nothing changed yet; a
+        Recipe answer is always checked)."""
+        if isinstance(answer, Recipe):
+            return False
+        start, hw = self.start(_recipe(base, "base")), self.hw(hardware)
+        read, problem = read_answer(self.notebook, answer, start, hw, gpus=self.answer_kind == "gpus")
+        first = cell_start(self.notebook, start)
+        if problem or self.answer_kind == "gpus" or not isinstance(read, Recipe):
+            return problem is None and read == first
+        return not _changed(read, first)
 
     @property
     def answer_hint(self) -> str:
-        """What the learner writes after `answer = `."""
-        return "a number of GPUs" if self.answer_kind == "gpus" else f"{self.start_code}.with_(...)"
+        """What the learner changes in the answer cell."""
+        if self.answer_kind == "gpus":
+            return "the lines marked `# <- ?` (num_processes, in the accelerate config)"
+        return "the lines marked `# <- ?`"
 
     def solution(self, base: Recipe, hardware: str | None = None) -> Recipe:
         """The worked solution for this base recipe."""
         return self.solver(self.start(_recipe(base, "base")), self.hw(hardware))
 
+    def answer_cell(self, base: Recipe, hardware: str | None = None, committed: bool = True) -> str:
+        """The answer cell the notebook holds: the libraries' objects of the rung it starts from."""
+        return answer_code(self.notebook, cell_start(self.notebook, self.start(base)), self.hw(hardware),
+                           committed=committed)
+
     def code(self, base: Recipe, hardware: str | None = None) -> str:
-        """The worked solution as the line a learner writes: answer = base.with_(...)."""
-        start, answer = self.start(base), self.solution(base, hardware)
-        if self.answer_kind == "gpus":
-            return f"answer = {answer}"
-        args = [f"{f.name}={getattr(answer, f.name)!r}" for f in dataclasses.fields(Recipe)
-                if f.name != "label" and getattr(answer, f.name) != getattr(start, f.name)]
-        line = f"answer = {self.start_code}.with_({', '.join(args)})" if args else f"answer = {self.start_code}"
-        if len(line) <= 100:
-            return line
-        return f"answer = {self.start_code}.with_(\n" + "".join(f"    {a},\n" for a in args) + ")"
+        """The worked solution as the learner's answer cell, filled in (the libraries' own code)."""
+        return answer_code(self.notebook, self.solution(base, hardware), self.hw(hardware))
 
 
 def _recipe(value, what: str) -> Recipe:
     """`value` when it is a Recipe, else an ExerciseError that says what to pass."""
+    if not isinstance(value, Recipe) and what == "base":
+        raise ExerciseError(f"base must be a Recipe: the notebook's base recipe (`base`); got {type(value).__name__} "
+                            f"{value!r:.60}.")
     if not isinstance(value, Recipe):
-        raise ExerciseError(f"{what} must be a Recipe, such as base.with_(gradient_checkpointing=True), or the "
-                            "libraries' objects (an SFTConfig, a LoraConfig, a BitsAndBytesConfig, or a tuple); got "
-                            f"{type(value).__name__} {value!r:.60}.")
+        raise ExerciseError(f"{what} must be the libraries' objects ({ANSWER_TYPES}), or a Recipe such as "
+                            f"base.with_(gradient_checkpointing=True); got {type(value).__name__} {value!r:.60}.")
     return value
 
 NOTEBOOKS = ("00_where_memory_goes", "01_gradient_checkpointing", "02_gradient_accumulation", "03_efficient_optimizers", "04_mixed_precision", "05_qlora_4bit", "06_sequence_length_and_batch", "07_complete_recipe", "09_beyond_the_recipe", "11_more_than_one_gpu")  # the notebooks with a Try it, in order
@@ -340,8 +363,8 @@ def show_exercise(notebook: str, base: Recipe, hardware: str | None = None) -> S
     """The task, as Markdown in Jupyter and wrapped text elsewhere."""
     ex = exercise(notebook)
     task, where = ex.task(base, hardware), HARDWARE_WORDS.get(ex.hw(hardware), ex.hw(hardware))
-    foot = (f"Write your answer in the next cell (`answer = {ex.answer_hint}`) and run the check; it "
-            f"estimates for {where}.")
+    foot = (f"Answer in the next cell, in the libraries' own code: it holds the rung you start from; change "
+            f"{ex.answer_hint}, run it, and run the check; it estimates for {where}.")
     return Shown(text=wrap(f"Try it: {ex.title}\n{task}\n{foot}".replace("**", "")),
                  markdown=f"**Try it: {ex.title}**\n\n{task}\n\n{foot}")
 
@@ -357,26 +380,24 @@ def show_solution(notebook: str, base: Recipe, hardware: str | None = None, reve
         return SolutionReveal(notebook, lambda: show_solution(notebook, base, hardware, reveal=True).html,
                               base_name=ex.base_name)
     code, how = ex.code(base, hardware), f"How it was found: {ex.how}."
-    lines = [] if ex.answer_kind == "gpus" else solution_lines(ex.start(base), ex.solution(base, hardware), ex.hw(hardware))
-    script = "\n".join(lines)  # the same answer in the libraries' own code (exercise_library)
-    return Shown(text=wrap(f"Worked solution:\n{code}\n{how}" + (f"\nIn your own script:\n{script}" if lines else "")),
-                 html=f"<details><summary>Worked solution (click to open)</summary><pre>{html.escape(code)}</pre>"
-                      f"<p>{html.escape(how)}</p>" + (f"<p>In your own script:</p><pre>{html.escape(script)}</pre>"
-                                                      if lines else "") + "</details>")
+    return Shown(text=wrap(f"Worked solution (the answer cell, filled in):\n{code}\n{how}"),
+                 html=f"<details><summary>Worked solution (click to open)</summary><p>The answer cell, filled in:</p>"
+                      f"<pre>{html.escape(code)}</pre><p>{html.escape(how)}</p></details>")
 
 
-def check_exercise(notebook: str, answer: Recipe | None, base: Recipe, hardware: str | None = None) -> Verdict:
-    """Check the learner's answer; with `answer is None`, check the worked solution without showing it (the verdict
-    asks for an answer), raising ExerciseError if the worked solution fails its own check."""
+def check_exercise(notebook: str, answer, base: Recipe, hardware: str | None = None) -> Verdict:
+    """Check the learner's answer. While it is still the answer cell's starting rung (or None), check the worked
+    solution without showing it (the verdict asks for a change), raising ExerciseError if the worked solution
+    fails its own check."""
     ex = exercise(notebook)
-    if answer is not None:
+    if answer is not None and not ex.unchanged(answer, base, hardware):
         return ex.check(answer, base, hardware)
     verdict = ex.check(ex.solution(base, hardware), base, hardware)
     if not verdict:
         raise ExerciseError(f"The worked solution of {notebook} fails its own check here ({verdict.title}); "
                             "please report it, with this notebook's first cells' output.")
     # the worked solution holds (checked above), but it stays hidden: nothing of it is printed here
-    return Verdict(False, f"no answer yet. Write yours in the `answer =` cell (answer = {ex.answer_hint}), run "
-                          "it, then run this cell again",
+    what = "no answer yet" if answer is None else "nothing changed yet: `answer` is still the rung you start from"
+    return Verdict(False, f"{what}. In the answer cell change {ex.answer_hint}, run it, then run this cell again",
                    ("the worked solution passes this check here; it shows only when you ask for it (the "
                     '"Show the worked solution" button above)',))

@@ -1,7 +1,7 @@
 """Numbers by construction: every figure a quiz or a notebook's prose states comes from its source.
 
-A text writes a figure as a placeholder, `{{ expression }}` or `{{ expression :format }}` (a Python format
-spec: `{{ ref('QLoRA 16x1').cuda_max_allocated / GiB :.2f }}`), evaluated with these names:
+A text writes a figure as `{{ name }}` or `{{ name :format }}` (`{{ ref_qlora_16x1_allocated_gib :.2f }}`), `name`
+a figure of course_utils/chapter/figures.yaml (arithmetic over names allowed): one expression there over these names:
 
   ref(label, model="llama-3.1-8b")  a shipped H200 reference run (course_utils/reference/), by its label
   est(recipe, hardware="cpu")       the course's estimator: an Estimate (.peak_bytes, .by_category, ...)
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from course_utils import estimate as E
-from course_utils.chapter import beyond_the_recipe as beyond, toward_the_limit
+from course_utils.chapter import beyond_the_recipe as beyond, figures, toward_the_limit
 from course_utils.chapter.mixed_precision import tf32_run as tf32
 from course_utils.chapter.t4 import record_for, runs
 from course_utils.chapter.toward_the_limit import profiled, toward, tried
@@ -285,6 +285,22 @@ def offline_examples() -> int:
     return len(_read_shipped())
 
 
+def own_check(notebook: str):
+    """A script cell trained on a GPU beside the course's measurement of its recipe (scripts/gpu/own_script_check.py,
+    course_utils/reference/own_script/): .script_gib and .course_gib (max allocated), .ratio, .model."""
+    import json
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "reference" / "own_script"
+    for path in sorted(folder.glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if r.get("notebook", "").startswith(notebook):
+                return SimpleNamespace(script_gib=r["script"]["max_allocated_gib"], ratio=r["ratio"], model=r["model"],
+                                       course_gib=r["course"]["max_allocated_gib"], device=r["device"])
+    raise FactError(f"no shipped own-script check of notebook {notebook} in {folder}")
+
+
 def namespace() -> dict:
     """The names a placeholder may use."""
 
@@ -292,7 +308,7 @@ def namespace() -> dict:
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
                 matmul=limits.measured_peak, tried=tried, profiled=profiled,
-                floor=memory_floor, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
+                floor=memory_floor, own_check=own_check, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 
 
@@ -304,7 +320,7 @@ def render_value(expression: str):
     if found and "(" not in found.group(2):
         expr, spec = found.group(1), found.group(2)
     try:
-        value = evaluate(expr, namespace())  # restricted: names, attributes, calls, bounded arithmetic, a deadline
+        value = evaluate(expr, figures.names_for(expr, namespace))  # restricted (safe_eval), with named figures
     except FactError:
         raise
     except Exception as exc:
@@ -335,6 +351,23 @@ def render_tree(data):
             return value if isinstance(value, (int, float)) else str(value)
         return render(data) if "{{" in data else data
     return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m course_utils.chapter.facts --write`: every named figure rendered from its source into
+    course_utils/reference/facts.json; `--check`: say what is stale there, change nothing (exit 1 if anything)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--check", action="store_true", help="list what is stale, write nothing")
+    ap.add_argument("--write", action="store_true", help="write course_utils/reference/facts.json")
+    args = ap.parse_args(argv)
+    values = {name: render_value(name) for name in sorted(figures.registry())}
+    if args.write:
+        figures.VALUES.write_text(figures.values_file(values), encoding="utf-8")
+    problems = [] if args.write else figures.stale(values)
+    print("\n".join(problems + [f"{len(values)} named figures, {len(problems)} stale in {figures.VALUES.name}"]))
+    return 1 if problems else 0
 
 
 # --- what needs no source -------------------------------------------------------------------------
@@ -418,7 +451,7 @@ def pinned(text: str) -> list[tuple[str, str, str]]:
 
 def refresh(text: str) -> tuple[str, list[tuple[str, str, str]]]:
     """`text` with every pinned figure rewritten as its source gives it now, and the (was, now, expression) of each
-    one that changed: after a new reference run, scripts/notebooks/refresh_figures.py, then read the prose around them."""
+    one that changed: after a new reference run, `write_notebooks.py figures`, then read the prose around them."""
     changed = []
 
     def one(m: re.Match) -> str:
@@ -459,3 +492,7 @@ def unsourced(text: str) -> list[Unsourced]:
     found = [Unsourced(m.group(0), " ".join(body[max(0, m.start() - 40):m.end() + 25].split()))
              for m in _NUMBER.finditer(body)]
     return stale + wrong + found
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -3,7 +3,7 @@ once, and linked from every notebook where the term first appears (issue 30; the
 teaching review's, section 3.2).
 
 Data, rendering and the notebooks' links. `python -m course_utils.chapter.glossary` writes GLOSSARY.md;
-`python scripts/notebooks/link_glossary.py notebooks/*.ipynb` links each term at its first appearance in a notebook
+`python scripts/notebooks/write_notebooks.py glossary` links each term at its first appearance in a notebook
 (`--check`: exit 1 when a link is missing). A term first appears either in a Markdown cell, whose first
 mention then becomes a link (titled with the term's few words, shown on hover), or in a cell's output (a table's column, an estimate's line), in which case
 the Markdown cell that introduces that output gets a "Terms" line with the link and a short definition.

@@ -56,8 +56,8 @@ def _solve_02(start: Recipe, hw: str) -> Recipe:
                     lambda r: _est(r, hw).peak_bytes <= b["budget_bytes"])
 _T02 = ("The chapter trains {n} sequences per optimizer step ({mb} x {acc}). Keep that effective batch and find "
         "the **largest micro-batch** whose estimated peak fits a budget halfway between the estimates at "
-        "micro-batch 1 ({lo} MiB) and at micro-batch {n} ({hi} MiB): {lo} / 2 + {hi} / 2 = {budget} MiB. "
-        "Change only `micro_batch` and `grad_accum`, with `micro_batch * grad_accum` = {n}.")
+        "micro-batch 1 ({lo} MiB) and at micro-batch {n} ({hi} MiB): {lo} / 2 + {hi} / 2 = {budget} MiB. Change "
+        "only `per_device_train_batch_size` and `gradient_accumulation_steps`, with their product {n}.")
 
 
 def set_seed_all(seed: int) -> None:

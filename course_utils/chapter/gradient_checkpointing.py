@@ -53,9 +53,9 @@ def _solve_01(start: Recipe, hw: str) -> Recipe:
     return r
 _T01 = ("At the base recipe checkpointing takes the estimated peak from {off} to {on} MiB: {off} - {on} = {saved} "
         "MiB, {share} of it, because activations are only part of the peak. Change the tokens of a micro-batch "
-        "(`micro_batch`, `max_seq_length`: this model has {positions} positions) so that checkpointing saves "
-        "**more than half** of the estimated peak. Your answer is the recipe with `gradient_checkpointing=True`; "
-        "the check estimates it with and without.")
+        "(`per_device_train_batch_size`, `max_length`: this model has {positions} positions) so that checkpointing "
+        "saves **more than half** of the estimated peak. Your answer keeps `activation_checkpointing=True`; the "
+        "check estimates it with and without.")
 
 
 @releases_memory

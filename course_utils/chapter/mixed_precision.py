@@ -39,9 +39,9 @@ def _check_04(answer: Recipe, start: Recipe, hw: str) -> Verdict:
 
 def _solve_04(start: Recipe, hw: str) -> Recipe:
     return start.with_(precision="auto")
-_T04 = ("A free Colab T4 (compute capability {cc}) has no native bf16. Change only the base recipe's "
-        "`precision` so that the estimator accepts it for a T4 (`hardware=\"t4\"`) and estimates a **lower "
-        "peak** there than fp32 does ({fp32} MiB). Try `\"bf16\"` first, and read why it is refused.")
+_T04 = ("A free Colab T4 (compute capability {cc}) has no native bf16. Change only the precision flags (`bf16`, "
+        "`fp16`) so that the estimator accepts it for a T4 (`hardware=\"t4\"`) and estimates a **lower peak** "
+        "there than fp32 does ({fp32} MiB). Try `bf16=True` first, and read why it is refused.")
 
 
 def tf32_reference() -> list:

@@ -88,7 +88,8 @@ _T09 = ("The published FSDP-QLoRA recipe (`anchor_recipe()`, peft's example: {re
         "{margin} = {need} GiB by the planner's rule: more than a {card} GiB card. FSDP divides the weights, "
         "gradients and optimizer state by the number of GPUs; the gathered units and the activations stay whole. "
         "Find the **smallest number of {card} GiB GPUs** on which it fits, without CPU offload "
-        "(`estimate_distributed(anchor_recipe(), gpus, \"fsdp\")` is the estimate). Your answer is a whole number.")
+        "(`estimate_distributed(anchor_recipe(), gpus, \"fsdp\")` is the estimate). Your answer is the accelerate "
+        "config's `num_processes`.")
 
 NOTEBOOK = "11_more_than_one_gpu"
 GPUS = 2  # the notebook's runs: two processes (two GPUs, or two gloo CPU processes)

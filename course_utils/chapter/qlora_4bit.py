@@ -56,12 +56,12 @@ def _solve_05(start: Recipe, hw: str) -> Recipe:
             break
         r = r.with_(**change)
     return r
-_T05 = ("The base recipe on the Llama-3.1-8B architecture (`base.with_(model=\"llama-3.1-8b\")`: {recipe}) is "
-        "estimated at {peak} GiB on a free T4. With the planner's margin for the allocator's reserve and the "
-        "CUDA context it needs {peak} x {factor} + {margin} = {need} GiB, and a T4 has {t4} GiB. Make it "
-        "**fit**: store the frozen weights in 4 bits (`load_in_4bit=True`), then add what the estimate says is "
-        "still missing. Train the same data: keep the sequence length ({seq}) and the sequences per optimizer "
-        "step ({n}).")
+_T05 = ("The base recipe on the Llama-3.1-8B architecture (`model_id = \"meta-llama/Llama-3.1-8B\"`: {recipe}) is "
+        "estimated at {peak} GiB on a free T4. With the planner's margin for the allocator's reserve and the CUDA "
+        "context it needs {peak} x {factor} + {margin} = {need} GiB, and a T4 has {t4} GiB. Make it **fit**: store "
+        "the frozen weights in 4 bits (`bnb_config = BitsAndBytesConfig(load_in_4bit=True, ...)`), then add what "
+        "the estimate says is still missing. Train the same data: keep the sequence length ({seq}) and the "
+        "sequences per optimizer step ({n}).")
 
 
 def closing_05(before: Measurement, after: Measurement, reference) -> str:

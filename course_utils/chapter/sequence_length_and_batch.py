@@ -51,8 +51,8 @@ def _solve_06(start: Recipe, hw: str) -> Recipe:
         lo, hi = (mid, hi) if _est(at(mid), hw).peak_bytes <= budget else (lo, mid - 1)
     return at(lo)
 _T06 = ("Without checkpointing the base recipe (micro-batch {mb}, sequence {seq}) is estimated at {budget} MiB. "
-        "With `gradient_checkpointing=True`, find the **longest** `max_seq_length`, in steps of {step} tokens, "
-        "whose estimated peak stays within those {budget} MiB. Keep the micro-batch; this model has {positions} "
+        "With `activation_checkpointing=True`, find the **longest** `max_length`, in steps of {step} tokens, whose "
+        "estimated peak stays within those {budget} MiB. Keep the micro-batch; this model has {positions} "
         "positions.")
 
 

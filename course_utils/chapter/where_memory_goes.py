@@ -46,9 +46,9 @@ def _solve_00(start: Recipe, hw: str) -> Recipe:
 # --- the exercises -------------------------------------------------------------------------------------
 _T00 = ("The base recipe ({recipe}) holds {model} MiB at its estimated peak that scale with the model (weights, "
         "gradients, optimizer state) and {tokens} MiB that scale with the tokens of a micro-batch (activations, "
-        "temporaries). Make it a **full fine-tune** (`lora_r=None`: every weight trains) and choose the tokens of "
-        "a micro-batch (`micro_batch`, `max_seq_length`) so that at the estimated peak what scales with the model "
-        "outweighs what scales with the tokens. Change nothing else.")
+        "temporaries). Make it a **full fine-tune** (`peft_config = None`: no LoraConfig, every weight trains) and "
+        "choose the tokens of a micro-batch (`per_device_train_batch_size`, `max_length`) so that at the estimated "
+        "peak what scales with the model outweighs what scales with the tokens. Change nothing else.")
 
 
 def lora_trainable(model: str, recipe: Recipe) -> dict[str, int]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from course_utils.common import GiB
 from course_utils.estimate import Estimate, estimate, model_shapes, same_setup
+from course_utils.machine import T4_CARD_GIB
 from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe
 from course_utils.results import all_reference_results, reference_results
 
@@ -45,16 +46,16 @@ _UNITS = {"gib": GiB, "gb": 10**9, "mib": 2**20, "mb": 10**6}
 
 
 def parse_budget(text: str) -> int:
-    """'16GiB', '16GB', '14.7GiB', '8 gib' -> bytes (GiB = 2^30, GB = 10^9)."""
+    """'16GiB', '16GB', '12.5GiB', '8 gib' -> bytes (GiB = 2^30, GB = 10^9)."""
     match = re.fullmatch(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z]+)\s*", str(text))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in _UNITS:
-        raise BudgetError(f"Cannot read the budget {text!r}: write a number and a unit, e.g. 16GiB, 16GB, 14.7GiB "
+        raise BudgetError(f"Cannot read the budget {text!r}: write a number and a unit, e.g. 16GiB, 16GB, 12.5GiB "
                           f"or 8000MiB (GiB = 2^30 bytes, GB = 10^9 bytes).")
     value = float(match.group(1)) * _UNITS[unit]
     if not math.isfinite(value) or value < 1:
-        raise BudgetError(f"The budget {text!r} is not a positive amount of memory: give one such as 14.7GiB "
-                          "(a free Colab T4) or 24GiB.")
+        raise BudgetError(f"The budget {text!r} is not a positive amount of memory: give one such as "
+                          f"{T4_CARD_GIB:g}GiB (a free Colab T4) or 24GiB.")
     if value > MAX_BUDGET:
         raise BudgetError(f"The budget {text!r} is more than {MAX_BUDGET / 2**50:.0f} PiB, more memory than any machine "
                           "the planner models; give a card's memory, e.g. 80GiB.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
+from course_utils.recipe import RUNG_NAMES
 from course_utils.results import Measurement, from_store_note, speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
@@ -35,11 +36,16 @@ REPEATED_NOTE = ("tokens/s ± x: the median of this run's interleaved timings of
                  "half its timed steps' spread, when wider); speeds whose ranges overlap show no measurable difference.")
 
 
-def results_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> Table:
+def results_table(measurements: list[Measurement], skipped: dict[str, str] | None = None,
+                  order: list[str] | tuple[str, ...] = RUNG_NAMES) -> Table:
     """The measurements as a Table (course_utils.tables): recipe, memory per category at the peak, the peak,
     CUDA's allocated and reserved peaks (when measured), tokens/s, final loss. In MiB, or in GiB when a figure
-    reaches 10,000 MiB. `skipped` maps a row position to a reason; such rows, and runs that did not fit, give
-    the reason instead of numbers. A tokens/s from a noisy run (Measurement.noisy) is marked."""
+    reaches 10,000 MiB. A run that did not fit gives its reason instead of numbers. A tokens/s from a noisy run
+    (Measurement.noisy) is marked.
+
+    `skipped` is {recipe name: why}, as run_ladder returns it (`rungs.skipped`): each is a row that says it was
+    skipped and why, no numbers, placed by `order` (the names in order; the ladder's rungs by default) among the
+    measured rows; a name `order` does not have comes last."""
     cuda = any(m.cuda_max_allocated for m in measurements)
     biggest = max([m.peak_bytes for m in measurements] + [m.cuda_max_reserved or 0 for m in measurements] + [0])
     unit, scale, fmt = ("GiB", GiB, ".2f") if biggest >= 10_000 * MiB else ("MiB", MiB, ".1f")
@@ -48,11 +54,13 @@ def results_table(measurements: list[Measurement], skipped: dict[int, str] | Non
         columns += [Column("CUDA allocated", unit, fmt, short="cuda\nalloc"),
                     Column("CUDA reserved", unit, fmt, short="cuda\nrsrvd")]
     columns += [Column("tokens/s", fmt=".0f"), Column("final loss", fmt=".3f", short="loss\n(final)")]
+    place = {name: i for i, name in enumerate(order)}
+    waiting = sorted((skipped or {}).items(), key=lambda item: place.get(item[0], len(place)))
     rows, noisy, repeated = [], False, False
-    for i, m in enumerate(measurements):
-        if skipped and i in skipped:
-            rows.append([m.label, Note(f"skipped: {skipped[i]}")])
-            continue
+    for m in measurements:
+        while waiting and m.label in place and place.get(waiting[0][0], len(place)) < place[m.label]:
+            name, why = waiting.pop(0)
+            rows.append([name, Note(f"skipped: {why}")])
         if not m.fits:
             rows.append([m.label, Note(f"does not fit: {m.error}")])
             continue
@@ -66,14 +74,15 @@ def results_table(measurements: list[Measurement], skipped: dict[int, str] | Non
         if speed and getattr(m, "noisy", False):
             mark, noisy = mark + NOISY_MARK, True
         rows.append(row + [Flagged(speed, mark) if mark else speed, m.final_loss])
+    rows += [[name, Note(f"skipped: {why}")] for name, why in waiting]
     notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
              "again (course run --force) before comparing it."] if noisy else []
     notes += [REPEATED_NOTE] if repeated else []
-    stored = from_store_note([m for i, m in enumerate(measurements) if not (skipped and i in skipped)])
+    stored = from_store_note(list(measurements))
     return Table(columns, rows, notes=notes + ([stored] if stored else []))
 
 
-def format_table(measurements: list[Measurement], skipped: dict[int, str] | None = None) -> str:
+def format_table(measurements: list[Measurement], skipped: dict[str, str] | None = None) -> str:
     """results_table as plain text (at most 100 characters a line): what `course run` and scripts print."""
     return str(results_table(measurements, skipped))
 

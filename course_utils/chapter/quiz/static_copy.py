@@ -8,7 +8,7 @@ is empty. The quiz and the checklist widget therefore display one bundle with th
 - ``text/markdown`` and ``text/plain``: what the widget shows, without what must stay hidden (a quiz's
   answers), which static renderers and terminals use; the text in lines of at most 100 characters.
 
-``scripts/notebooks/clean_notebooks.py`` removes the first entry before a commit and keeps the other two.
+``scripts/notebooks/write_notebooks.py clean`` removes the first entry before a commit and keeps the other two.
 """
 
 from __future__ import annotations

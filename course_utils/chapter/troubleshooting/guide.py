@@ -462,7 +462,7 @@ def main(argv: list[str]) -> int:
 
 def notebook_markdown(nb: str) -> str:
     """The Markdown cell a notebook ("00" ... "08") carries near its top: the guide's entries for the trouble
-    learners meet in it, linked (scripts/notebooks/insert_extras.py writes it; a test keeps it equal to this)."""
+    learners meet in it, linked (`scripts/notebooks/write_notebooks.py troubleshooting` writes it; a test keeps it equal to this)."""
     found = [e for e in ENTRIES if nb in e.notebooks]
     items = "\n".join(f"- [{e.title}]({link(e.key)})" for e in found)
     return f"**If a cell fails**, the troubleshooting guide has the message you see and its fix:\n{items}"

@@ -29,7 +29,7 @@ from course_utils.chapter.t4 import VARIANTS, defect, record_for
 from course_utils.checks import check_data, check_hardware, check_machine
 from course_utils.cli import main
 from course_utils.cli_env import env_report
-from course_utils.cli_recipe import estimate_base
+from course_utils.cli_recipe import FLAGS, estimate_base, flag_for
 from course_utils.common import __version__
 from course_utils.estimate import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
@@ -353,19 +353,13 @@ def positions_error() -> str:
 
 # --- generated parts: what to turn down, from the estimator and the planner -------------------------
 def estimate_command(recipe, hardware: str = "t4") -> str:
-    """The `course estimate` command for `recipe`: flags where it differs from the CLI's plain LoRA base."""
+    """The `course estimate` command for `recipe`: the CLI's own estimate flags (cli_recipe.FLAGS, derived from
+    TECHNIQUES), each where the recipe differs from the CLI's plain LoRA base, spelled as the parser reads it."""
 
     base = estimate_base(recipe.model)
     flags = [f"--model {recipe.model}"]
-    for name, flag in (("precision", "--precision"), ("micro_batch", "--micro-batch"), ("grad_accum", "--grad-accum"),
-                       ("max_seq_length", "--seq"), ("optimizer", "--optimizer")):
-        if getattr(recipe, name) != getattr(base, name):
-            flags.append(f"{flag} {getattr(recipe, name)}")
-    for name, flag in (("gradient_checkpointing", "gradient-checkpointing"), ("load_in_4bit", "load-in-4bit")):
-        if getattr(recipe, name) != getattr(base, name):
-            flags.append(f"--{'' if getattr(recipe, name) else 'no-'}{flag}")
-    if recipe.lora_r != base.lora_r:
-        flags.append(f"--lora-r {recipe.lora_r or 'none'}")
+    flags += [flag_for(name, getattr(recipe, name)) for name in FLAGS["estimate"]
+              if getattr(recipe, name) != getattr(base, name)]
     return f"course estimate {' '.join(flags)} --hardware {hardware}"
 
 

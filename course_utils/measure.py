@@ -411,7 +411,7 @@ def _time_once(recipe: Recipe, isolate: bool | None, progress: bool) -> Measurem
     isolate=True, this process on a CPU), not stored."""
     if isolate or machine.device_type() != "cpu":
         return _run_child(recipe, None, progress, None)
-    return run_here(recipe, None, report_progress=_progress_bar(recipe, progress))
+    return run_here(recipe, None, report_progress=_progress_bar(recipe, progress), checked=True)  # measured before
 
 
 def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:

@@ -504,7 +504,8 @@ def speed_words(before: Measurement, after: Measurement) -> str:
     span = f"speed {before.tokens_per_s:,.0f} -> {after.tokens_per_s:,.0f} tokens/s"
     if change is None:
         return f"{span}: {NO_DIFFERENCE} (timed once each; runs of one recipe differ by up to ±{100 * spread:.0f}%)"
-    return f"{span} ({100 * change:+.0f}%; timed once each, beyond the ±{100 * spread:.0f}% runs of one recipe differ by)"
+    return (f"{span} ({100 * change:+.0f}%; timed once each, beyond the ±{100 * spread:.0f}% runs of one recipe "
+            "differ by)")
 
 
 def measured_on(m: Measurement) -> str:

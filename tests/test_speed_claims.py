@@ -248,7 +248,8 @@ def test_the_notebook_09_and_10_quiz_speed_claims_follow_the_rule():
     def run(label, ran):
         return beyond_run(label, ran)
 
-    for plain, compiled in (("fast recipe (16x1)", "fast + torch.compile"), ("lean recipe (4x4)", "lean + torch.compile")):
+    for plain, compiled in (("fast recipe (16x1)", "fast + torch.compile"),
+                            ("lean recipe (4x4)", "lean + torch.compile")):
         assert speed_change(run(plain, "explore"), run(compiled, "explore")) is None
     theirs = {b: make(f"unsloth {b}", tokens_per_s=float(peer(b).tokens_per_s)) for b in ("1x16", "16x1")}
     assert speed_change(theirs["1x16"], run("+ Liger kernels", "peer-run")) < 0
@@ -267,7 +268,8 @@ def test_old_records_without_speeds_stay_readable_and_bad_speeds_are_refused():
 
 # What each notebook compares is timed again in it (its measuring cells): notebook -> the calls that do it
 TIMED_AGAIN = {"00_where_memory_goes": ["time_again(["], "01_gradient_checkpointing": ["repeat_last=2"],
-               "02_gradient_accumulation": ["repeat_last=2"], "03_efficient_optimizers": ["repeat_last=3", "time_again("],
+               "02_gradient_accumulation": ["repeat_last=2"],
+               "03_efficient_optimizers": ["repeat_last=3", "time_again("],
                "04_mixed_precision": ["time_again("], "05_qlora_4bit": ["repeat_last=2"]}
 
 

@@ -32,8 +32,9 @@ def summary_row(m: Measurement) -> dict[str, Any]:
 _CATEGORY_COLUMNS = (("parameters", "params"), ("gradients", "grads"), ("optimizer", "optim"),
                      ("activations", "activ"), ("temporaries", "temps"), ("peak", "peak"))
 NOISY_MARK = "~"
-REPEATED_NOTE = ("tokens/s ± x: the median of this run's interleaved timings of the recipe, ± half their range (or "
-                 "half its timed steps' spread, when wider); speeds whose ranges overlap show no measurable difference.")
+REPEATED_NOTE = ("tokens/s ± x: the median of this run's interleaved timings of the recipe, ± half their range "
+                 "(or half its timed steps' spread, when wider); speeds whose ranges overlap show no measurable "
+                 "difference.")
 
 
 def results_table(measurements: list[Measurement], skipped: dict[str, str] | None = None,

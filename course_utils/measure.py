@@ -11,7 +11,9 @@ Running out of memory is a result ("does not fit"), not a crash.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -246,7 +248,8 @@ class Rungs(list):
 
 
 def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
-               through: str | None = None, isolate: bool | None = None) -> tuple[Rungs, dict[str, str]]:
+               through: str | None = None, isolate: bool | None = None,
+               repeat_last: int = 0) -> tuple[Rungs, dict[str, str]]:
     """Measure the chapter's ladder from `base`, one technique added per rung, up to the rung named `through`
     (one of RUNG_NAMES; None: every rung).
 
@@ -254,12 +257,61 @@ def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = 
     the rungs skipped here (ladder_here), which are not measured and not in the list. isolate: as in
     measure(); the default runs each rung in a fresh process on a GPU and in this process on a CPU, where the
     tensor-level figures are the same and seven process start-ups would cost most of a minute.
+    repeat_last=N: after the ladder, the last N rungs measured are timed again in reverse order (time_again), so
+    the speeds a notebook compares carry their spread in this run.
     """
     rungs, same = ladder_here(base, through)
     results = measure_all(rungs, store=store, force=force, progress=progress, isolate=isolate, skip=same,
                           desc="ladder")
     skipped = {results[i].label: why for i, why in results.skipped.items()}
-    return Rungs(results.measured, skipped), skipped
+    measured = results.measured
+    if repeat_last:
+        cut = max(0, len(measured) - repeat_last)
+        measured = measured[:cut] + time_again(measured[cut:], store=store, isolate=isolate, progress=progress)
+    return Rungs(measured, skipped), skipped
+
+
+def time_again(measurements, *, store: ResultStore | None = None, isolate: bool | None = None,
+               progress: bool = True) -> list[Measurement]:
+    """The measurements, each timed once more in the reverse of the order given (measured A, B, C: timed again
+    C, B, A), so a machine that got slower or faster meanwhile moves every speed alike. Only the speed is
+    taken again (the memory figures are exact); each result gets `speeds` (all its timings in this run) and
+    tokens_per_s becomes their median. Measurements that did not fit, or have no speed, are returned as
+    they are; so are ones read back from the store with their repeats already recorded, when every one of
+    them was (nothing was measured now). Repeated results measured here are stored again, with their speeds.
+    """
+    ms = list(measurements)
+    timed = [m for m in ms if m.fits and m.tokens_per_s]
+    if all(m.cached and len(m.speeds) >= 2 for m in timed):
+        return ms
+    store = store or default_store()
+    again = {}
+    for m in reversed(timed):
+        r = _time_once(m.recipe_obj, isolate, progress)
+        if r.fits and r.tokens_per_s:
+            again[id(m)] = r
+    out = []
+    for m in ms:
+        r = again.get(id(m))
+        if r is None:
+            out.append(m)
+            continue
+        speeds = (m.speeds or [m.tokens_per_s]) + [r.tokens_per_s]
+        spread = max(m.timing.get("spread", 0.0), r.timing.get("spread", 0.0))
+        new = dataclasses.replace(m, speeds=speeds, tokens_per_s=round(statistics.median(speeds), 1),
+                                  timing={**m.timing, **({"spread": spread} if spread else {})})
+        if new.source == "measured here":
+            store.add(new)
+        out.append(new)
+    return out
+
+
+def _time_once(recipe: Recipe, isolate: bool | None, progress: bool) -> Measurement:
+    """One more run of `recipe` for its speed, as measure() would run it (a fresh process on a GPU or with
+    isolate=True, this process on a CPU), not stored."""
+    if isolate or machine.device_type() != "cpu":
+        return _run_child(recipe, None, progress, None)
+    return run_here(recipe, None, report_progress=_progress_bar(recipe, progress), checked=True)  # measured before
 
 
 def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:

@@ -65,9 +65,11 @@ SCHEMA_VERSION = 1
 STATUSES = ("ok", "does_not_fit")
 NOISY_SPREAD = 0.5  # (slowest - fastest) / median of the timed steps' tokens/s above this: a noisy speed
 NOISY_CPU_SHARE = 0.5  # CPU time / (wall time x threads) of the timed steps below this: a busy machine
-# Speeds of one run each move this much between runs of one recipe on one machine (CPU: identical recipes in the
+# Only a fallback, for two speeds of which one or both were timed once (shipped reference runs, `course run`):
+# speeds of one run each move this much between runs of one recipe on one machine (CPU: identical recipes in the
 # committed notebooks differ by 15-26%; H200: a host-bound 1 x 16 step moved 1.04-1.13x from one process to the
-# next, notebook 09), so describe_change calls a smaller speed change no effect (nor one within the runs' own spread).
+# next, notebook 09), so speed_words calls a smaller change of such speeds no effect, and says it is one run each.
+# Speeds timed again in the same run (Measurement.speeds, measure.time_again) are judged by their own spread.
 SPEED_SPREAD = 0.30
 RESOLVED_PRECISIONS = ("", "fp32", "bf16", "fp16")  # "" when a run stopped before it resolved one
 STRATEGIES = ("", "ddp", "fsdp", "fsdp_offload")  # how a run used several processes (distributed.py); "" for one
@@ -117,6 +119,8 @@ class Measurement:
     gpus: int = 1  # processes that trained together (one per GPU; on a CPU, gloo processes): distributed.py
     strategy: str = ""  # "" for one process, else "ddp", "fsdp" or "fsdp_offload" (see STRATEGIES)
     per_rank: list = field(default_factory=list)  # one dict per rank (peaks, tokens, tokens/s); [] for one process
+    speeds: list = field(default_factory=list)  # tokens/s of each timing of this recipe in one run, interleaved with
+    # the recipes it is compared with (measure.time_again); tokens_per_s is then their median. [] when timed once
     cached: bool = field(default=False, compare=False)
 
     @property
@@ -131,6 +135,16 @@ class Measurement:
         beside = self.timing.get("others", 0) > 0  # another measurement ran on this machine at the same time
         return bool((spread is not None and spread > NOISY_SPREAD) or (share is not None and share < NOISY_CPU_SHARE)
                     or single or beside)
+
+    @property
+    def speed_spread(self) -> float | None:
+        """How far this speed is known: half the range of its repeated timings (Measurement.speeds) or half the
+        spread of its own timed steps, whichever is larger, as a share of tokens_per_s. None when it was
+        timed once (no repeats in its run): then nothing measured says how far it would move."""
+        if len(self.speeds) < 2 or not self.tokens_per_s:
+            return None
+        repeats = (max(self.speeds) - min(self.speeds)) / 2 / self.tokens_per_s
+        return max(repeats, self.timing.get("spread", 0.0) / 2)
 
     @property
     def fits(self) -> bool:
@@ -241,6 +255,8 @@ _RULES: tuple[tuple[tuple[str, ...], Any, str], ...] = (
                                                         for k, x in v.items()),
      "must map names to finite numbers, 0 or more"),
     (("gpus",), lambda v: _is_count(v) and v >= 1, "must be a whole number, 1 or more"),
+    (("speeds",), lambda v: isinstance(v, list) and all(_is_finite(x) and x > 0 for x in v),
+     "must be a list of finite numbers above 0 (tokens/s)"),
     (("strategy",), lambda v: isinstance(v, str) and v in STRATEGIES, f"must be one of {STRATEGIES}"),
     (("per_rank",), lambda v: isinstance(v, list) and all(isinstance(r, dict) and all(
         isinstance(k, str) and (x is None or isinstance(x, str) or (_is_finite(x) and x >= 0)) for k, x in r.items())
@@ -441,12 +457,55 @@ def all_reference_results() -> list[Measurement]:
     return reference_results() + shipped_results("beyond")
 
 
-def speed_words(before: Measurement, after: Measurement) -> str:
-    """'speed -22%', or, when the change is within what one run each can tell apart (SPEED_SPREAD, or the runs' own
-    timed steps' spread when larger), 'speed within run-to-run spread (±30%)': no effect claimed."""
+def speed_text(m: Measurement) -> str:
+    """A speed with how far it is known: '412 ± 30 tokens/s' (± half the range of its repeats in this run, or of
+    its timed steps when wider), or '412 tokens/s (timed once)'."""
+    if not m.tokens_per_s:
+        return "no speed"
+    spread = m.speed_spread
+    if spread is None:
+        return f"{m.tokens_per_s:,.0f} tokens/s (timed once)"
+    return f"{m.tokens_per_s:,.0f} ± {spread * m.tokens_per_s:,.0f} tokens/s"
+
+
+def speed_change(before: Measurement, after: Measurement) -> float | None:
+    """after's speed against before's (-0.22 for 22% slower) when the difference is outside what was measured
+    of both: with repeats in their run, their ranges (± speed_spread) do not overlap; timed once, the change is
+    beyond SPEED_SPREAD (and beyond each run's own step spread). None: no difference measurable here."""
     change = after.tokens_per_s / before.tokens_per_s - 1
-    spread = max([SPEED_SPREAD] + [m.timing["spread"] for m in (before, after) if m.timing.get("spread")])
-    return f"speed {100 * change:+.0f}%" if abs(change) > spread else f"speed within run-to-run spread (±{100 * spread:.0f}%)"
+    a, b = before.speed_spread, after.speed_spread
+    if a is not None and b is not None:
+        gap = abs(after.tokens_per_s - before.tokens_per_s)
+        return change if gap > a * before.tokens_per_s + b * after.tokens_per_s else None
+    return change if abs(change) > _once_spread(before, after) else None
+
+
+def _once_spread(*ms: Measurement) -> float:
+    """The fallback spread for speeds timed once: SPEED_SPREAD, or a run's own timed steps' spread when larger."""
+    return max([SPEED_SPREAD] + [m.timing["spread"] for m in ms if m.timing.get("spread")])
+
+
+NO_DIFFERENCE = "no speed difference measurable here"
+
+
+def speed_words(before: Measurement, after: Measurement) -> str:
+    """The speed change as a learner may read it, with the spread it is judged by: 'speed 412 ± 30 -> 321 ± 12
+    tokens/s (-22%)' when the difference is outside both speeds' measured spread (speed_change), else 'speed
+    412 ± 30 -> 400 ± 25 tokens/s: no speed difference measurable here'. Speeds timed once are judged by the
+    fallback SPEED_SPREAD, and the words say so."""
+    change = speed_change(before, after)
+    if before.speed_spread is not None and after.speed_spread is not None:
+        span = (f"speed {before.tokens_per_s:,.0f} ± {before.speed_spread * before.tokens_per_s:,.0f} -> "
+                f"{after.tokens_per_s:,.0f} ± {after.speed_spread * after.tokens_per_s:,.0f} tokens/s")
+        if change is None:
+            return f"{span}: {NO_DIFFERENCE} (within the spread of repeats in this run)"
+        return f"{span} ({100 * change:+.0f}%, beyond the spread of repeats in this run)"
+    spread = _once_spread(before, after)
+    span = f"speed {before.tokens_per_s:,.0f} -> {after.tokens_per_s:,.0f} tokens/s"
+    if change is None:
+        return f"{span}: {NO_DIFFERENCE} (timed once each; runs of one recipe differ by up to ±{100 * spread:.0f}%)"
+    return (f"{span} ({100 * change:+.0f}%; timed once each, beyond the ±{100 * spread:.0f}% runs of one recipe "
+            "differ by)")
 
 
 def measured_on(m: Measurement) -> str:

@@ -71,9 +71,8 @@ def closing_01(baseline: Measurement, checkpointed: Measurement, reference, mode
     return _joined(skip, f"On the reference GPU run (Llama-3.1-8B, LoRA bf16): activations "
                    f"{ref_before.mib('activations'):,.0f} -> {ref_after.mib('activations'):,.0f} MiB, peak "
                    f"{ref_before.peak_gib:.1f} -> {ref_after.peak_gib:.1f} GiB "
-                   f"({ref_after.peak_gib / ref_before.peak_gib - 1:+.0%}), speed "
-                   f"{ref_after.tokens_per_s / ref_before.tokens_per_s - 1:+.0%}: a bigger speed cost than the "
-                   "chapter's ~20%.")
+                   f"({ref_after.peak_gib / ref_before.peak_gib - 1:+.0%}), {speed_words(ref_before, ref_after)}: "
+                   "a bigger speed cost than the chapter's ~20%.")
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)

@@ -79,8 +79,7 @@ def closing_05(before: Measurement, after: Measurement, reference) -> str:
     lora, qlora = reference
     return _joined(here, f"Reference (Llama-3.1-8B, H200): parameters {lora.mib('parameters') / 1024:.1f} -> "
                    f"{qlora.mib('parameters') / 1024:.1f} GiB, peak {lora.peak_gib:.1f} -> {qlora.peak_gib:.1f} GiB, "
-                   f"speed {lora.tokens_per_s:,.0f} -> {qlora.tokens_per_s:,.0f} tokens/s "
-                   f"({qlora.tokens_per_s / lora.tokens_per_s - 1:+.0%}).")
+                   f"{speed_words(lora, qlora)}.")
 
 
 def weight_storage(model) -> list[dict]:

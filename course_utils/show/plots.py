@@ -187,6 +187,12 @@ def _draw_series(panel: _Panel) -> None:
                        zorder=z, gid="points", label="not a step: " + s.name if apart else s.name,
                        facecolors="white" if noisy else s.color,
                        edgecolors=s.color, linewidths=1.4)
+        for (_, m), (x, y) in zip(s.points, xy):  # a speed timed again in this run: its spread, ± half the range
+            if m.speed_spread is not None:
+                bars = ax.errorbar(x, y, xerr=m.speed_spread * x, fmt="none", ecolor=s.color, elinewidth=1.2,
+                                   capsize=3, zorder=z - 0.1)
+                for artist in [*bars.lines[1], *bars.lines[2]]:
+                    artist.set_gid("speed-spread")
         if s.path:
             on = [p for (i, _), p in zip(s.points, xy) if i not in s.apart]
             for a, b in zip(on, on[1:]):
@@ -283,7 +289,9 @@ def _notes(panel: _Panel) -> str:
     a diamond a point that is not a step of the path."""
     noisy = any(m.noisy for s in panel.series for _, m in s.points)
     apart = any(s.apart for s in panel.series)
+    spread = any(m.speed_spread is not None for s in panel.series for _, m in s.points)
     return "; ".join((["hollow: a noisy speed (busy machine)"] if noisy else []) +
+                     (["|-|: the speed's spread over its repeats in this run"] if spread else []) +
                      (["\u25c6 not one technique added: no arrow"] if apart else []))
 
 

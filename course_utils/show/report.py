@@ -32,6 +32,9 @@ def summary_row(m: Measurement) -> dict[str, Any]:
 _CATEGORY_COLUMNS = (("parameters", "params"), ("gradients", "grads"), ("optimizer", "optim"),
                      ("activations", "activ"), ("temporaries", "temps"), ("peak", "peak"))
 NOISY_MARK = "~"
+REPEATED_NOTE = ("tokens/s ± x: the median of this run's interleaved timings of the recipe, ± half their range "
+                 "(or half its timed steps' spread, when wider); speeds whose ranges overlap show no measurable "
+                 "difference.")
 
 
 def results_table(measurements: list[Measurement], skipped: dict[str, str] | None = None,
@@ -54,7 +57,7 @@ def results_table(measurements: list[Measurement], skipped: dict[str, str] | Non
     columns += [Column("tokens/s", fmt=".0f"), Column("final loss", fmt=".3f", short="loss\n(final)")]
     place = {name: i for i, name in enumerate(order)}
     waiting = sorted((skipped or {}).items(), key=lambda item: place.get(item[0], len(place)))
-    rows, noisy = [], False
+    rows, noisy, repeated = [], False, False
     for m in measurements:
         while waiting and m.label in place and place.get(waiting[0][0], len(place)) < place[m.label]:
             name, why = waiting.pop(0)
@@ -66,13 +69,16 @@ def results_table(measurements: list[Measurement], skipped: dict[str, str] | Non
         row.append(m.peak_bytes / scale)
         if cuda:
             row += [(m.cuda_max_allocated or 0) / scale, (m.cuda_max_reserved or 0) / scale]
-        speed = m.tokens_per_s or None
+        speed, spread = m.tokens_per_s or None, getattr(m, "speed_spread", None)
+        mark = f" ± {spread * speed:,.0f}" if speed and spread is not None else ""
+        repeated = repeated or bool(mark)
         if speed and getattr(m, "noisy", False):
-            speed, noisy = Flagged(speed, NOISY_MARK), True
-        rows.append(row + [speed, m.final_loss])
+            mark, noisy = mark + NOISY_MARK, True
+        rows.append(row + [Flagged(speed, mark) if mark else speed, m.final_loss])
     rows += [[name, Note(f"skipped: {why}")] for name, why in waiting]
     notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
              "again (course run --force) before comparing it."] if noisy else []
+    notes += [REPEATED_NOTE] if repeated else []
     stored = from_store_note(list(measurements))
     return Table(columns, rows, notes=notes + ([stored] if stored else []))
 

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from course_utils import measure as measure_mod
-from course_utils.results import NO_DIFFERENCE, SPEED_SPREAD, ResultStore, speed_change, speed_text, speed_words
+from course_utils.results import ResultStore
+from course_utils.show.speeds import NO_DIFFERENCE, SPEED_SPREAD, speed_change, speed_text, speed_words
 from course_utils.show.report import describe_change, results_table
 from tests.test_results import make
 

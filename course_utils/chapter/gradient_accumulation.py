@@ -10,7 +10,8 @@ from course_utils.chapter.exercises import (Exercise, Verdict, _at, _divisors, _
                                             _mib, _only, _refuse)
 from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe, source_chapter_recipe
-from course_utils.results import Measurement, speed_words
+from course_utils.results import Measurement
+from course_utils.show.speeds import speed_words
 from course_utils.show.report import _joined, not_measured
 from course_utils.show.tables import wrap
 

@@ -11,7 +11,8 @@ from course_utils.chapter.every_notebook import lora_grads_under_checkpointing  
 from course_utils.chapter.exercises import Exercise, Verdict, _first, _mib, _only, _positions, _refuse, _saving
 from course_utils.common import GiB, MiB, shipped
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement, speed_words
+from course_utils.results import Measurement
+from course_utils.show.speeds import speed_words
 from course_utils.show.report import _joined, not_measured
 from course_utils.show.tables import Column, Table, wrap
 

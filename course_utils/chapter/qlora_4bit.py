@@ -19,7 +19,8 @@ from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.memtrack import _quant_state_tensors, tensor_bytes
 from course_utils.recipe import Recipe
-from course_utils.results import Measurement, from_store_note, speed_words
+from course_utils.results import Measurement, from_store_note
+from course_utils.show.speeds import speed_words
 from course_utils.show.report import _joined, not_measured
 
 # --- 05: Llama-3.1-8B on a free T4 ---------------------------------------------------------------------

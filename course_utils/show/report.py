@@ -8,7 +8,8 @@ from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
 from course_utils.recipe import RUNG_NAMES
-from course_utils.results import Measurement, from_store_note, speed_words
+from course_utils.results import Measurement, from_store_note
+from course_utils.show.speeds import speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
 def _joined(*paragraphs: str) -> str:

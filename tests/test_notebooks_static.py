@@ -527,3 +527,22 @@ def test_every_course_name_a_notebook_uses_exists(path):
             except ModuleNotFoundError:
                 missing.append(written)
     assert not missing, f"{path.name} uses names its modules do not have: {sorted(set(missing))}"
+
+
+# JupyterLab 4 at 1366 x 768 with the file browser open shows about 118 characters of a code line (measured on
+# scripts/notebooks/screenshot_notebooks.py's screens, 2026-12-03); a longer line is cut at the right edge.
+MAX_CODE_LINE = 115
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_fits_the_screen_and_starts_at_its_first_line(path):
+    problems = []
+    for i, cell in enumerate(_load(path)["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if source.startswith("\n"):
+            problems.append(f"cell {i} starts with a blank line")
+        problems += [f"cell {i}: {len(line)} characters: {line[:60]}..." for line in source.splitlines()
+                     if len(line) > MAX_CODE_LINE]
+    assert not problems, problems

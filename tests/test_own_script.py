@@ -100,7 +100,7 @@ def problems(source: str) -> list[str]:
     mb, ga = recipe.micro_batch, recipe.grad_accum
     if 'filter(lambda row: len(row["input_ids"]) == args.max_length)' not in source:
         out.append("the cell does not drop packed blocks shorter than max_length, as build does")
-    if f"% ({mb} * {ga}" not in source:
+    if f"% ({mb} * {ga}" not in source and f"per_step = {mb} * {ga}" not in source:
         out.append(f"the cell does not keep whole optimizer steps of {mb} x {ga} blocks, as build does")
     out += memory_lines(source)
     if before is not None:

@@ -143,10 +143,9 @@ def run_both(path: RunPath, store=None):
 
     if not path.gpus:
         return None, None
-    one = measure(path.recipe.with_(label="1 process"), store=store, isolate=None if path.device == "cpu" else True,
-                  progress=False)
+    one = measure(path.recipe.with_(label="1 process"), store=store, isolate=None if path.device == "cpu" else True)
     many = distributed.launch(path.recipe.with_(label=f"{path.gpus} processes, DDP"), gpus=path.gpus, strategy="ddp",
-                  store=store, progress=False, timeout_s=600)
+                  store=store, timeout_s=600)
     return one, many
 
 

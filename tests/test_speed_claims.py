@@ -98,6 +98,21 @@ def test_the_figure_draws_the_spread_of_a_repeated_speed_and_says_what_it_is():
     matplotlib.pyplot.close(fig)
 
 
+def test_a_spread_bar_stays_inside_the_axes():
+    """The fastest point's bar reaches past the point itself: the x axis makes room for it (notebook 01's figure
+    cut its baseline's bar at the frame, 2026-12-03)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from course_utils.chapter.every_notebook import technique_figure
+
+    fig = technique_figure([timed("a", 2800.0, 3900.0), timed("b", 2600.0, 3100.0)])
+    ax = fig.axes[0]
+    ends = [seg[:, 0].max() for c in ax.collections if c.get_gid() == "speed-spread" for seg in c.get_segments()]
+    assert ends and max(ends) < ax.get_xlim()[1], (ends, ax.get_xlim())
+    matplotlib.pyplot.close(fig)
+
+
 def test_the_h200_liger_step_is_not_called_a_speed_effect():
     """Notebook 09's '+ Liger kernels' at 1 x 16: +25% in one explore run, slower than its source in the peer run."""
     from course_utils.chapter import beyond_the_recipe as beyond

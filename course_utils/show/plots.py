@@ -212,7 +212,9 @@ def _draw_axes(panel: _Panel) -> None:
         ax.axhline(xy[0][1], color="0.6", ls=":", lw=0.9, zorder=1, gid="baseline-line")
         ax.axvline(xy[0][0], color="0.6", ls=":", lw=0.9, zorder=1, gid="baseline-line")
     yscale = set_scale(ax.yaxis, [y for _, y in xy] + [g for _, g in panel.cards] or [1.0])
-    set_scale(ax.xaxis, [x for x, _ in xy] or [1.0])
+    bar_ends = [x * (1 + m.speed_spread) for s in panel.series for (_, m), (x, _) in zip(s.points, s.xy)
+                if m.speed_spread is not None]  # a speed's spread bar stays inside the axes
+    set_scale(ax.xaxis, [x for x, _ in xy] + bar_ends or [1.0])
     ax.set_xlabel("training speed (tokens/s, after warm-up)", fontsize=FONT_PT + 1)
     ax.set_ylabel(f"peak memory ({panel.unit}" + (", log scale)" if yscale == "log" else ")"), fontsize=FONT_PT + 1)
     ax.tick_params(labelsize=FONT_PT)

@@ -426,6 +426,10 @@ def default_store() -> ResultStore:
     return ResultStore(course_home() / "results.jsonl")
 
 
+# shipped folders under reference/ that hold other records than measurements (each with its own test)
+NOT_RESULTS_STORES = ("t4", "tries", "checkpointing", "own_script")
+
+
 def shipped_results(folder: str = "", name: str | None = None) -> list[Measurement]:
     """Measurements shipped in course_utils/reference/<folder> (every .jsonl file, or the one named), each
     marked with the file it came from."""

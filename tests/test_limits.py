@@ -12,7 +12,7 @@ import pytest
 
 from course_utils.chapter import beyond_the_recipe as beyond
 from course_utils.chapter import toward_the_limit
-from course_utils.chapter import facts
+from course_utils.chapter import facts, figures
 from course_utils.estimate import limits
 from course_utils.recipe import Recipe, source_chapter_recipe
 
@@ -159,8 +159,10 @@ def test_readme_limit_figures_render_from_their_sources(monkeypatch):
     bullet = bullet[:bullet.index("\n- ")]
     pinned = facts.pinned(bullet)
     assert len(pinned) >= 20 and facts.unsourced(bullet) == []
-    assert any("toward(" in expr and ".fraction" in expr for _, _, expr in pinned)
-    assert any("lib.h200_bf16_tflops" in expr for _, _, expr in pinned)
+    named = figures.registry()  # a text pins a figure by its name; the name's expression is the source
+    sources = [" ".join(named[n].expr for n in re.findall(r"[a-z_0-9]+", expr) if n in named) for _, _, expr in pinned]
+    assert any("toward(" in src and ".fraction" in src for src in sources)
+    assert any("lib.h200_bf16_tflops" in src for src in sources)
     # every figure but the NF4 bits and the stretch goal's is a placeholder of limits' arithmetic
     numbers = re.sub(r"<!--\{\{.*?\}\}-->", "", bullet)
     assert "44.62 GFLOP" in numbers and "22,163 tokens/s" in numbers

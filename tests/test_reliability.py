@@ -20,8 +20,8 @@ import pytest
 from course_utils.chapter import t4 as t4check
 from course_utils.chapter.quiz.bank import QuizError, load_bank
 from course_utils.recipe import Recipe
-from course_utils.results import (Measurement, ResultLineError, ResultStore, StoreError, all_reference_results,
-                                  default_store)
+from course_utils.results import (NOT_RESULTS_STORES, Measurement, ResultLineError, ResultStore, StoreError,
+                                  all_reference_results, default_store)
 
 MiB = 1024**2
 
@@ -160,7 +160,7 @@ def test_every_shipped_reference_line_validates():
     # t4/ holds T4-check records and beyond/tries/ issue 16's tries and matmul rates, each with a test of its own
     # (test_every_shipped_t4_check_run_validates, tests/test_tries.py): the rest are results stores
     # checkpointing/ notebook 01's selective-checkpointing run (tests/test_selective_checkpointing.py)
-    files = [f for f in _shipped_files("**/*.jsonl") if f.parent.name not in ("t4", "tries", "checkpointing")]
+    files = [f for f in _shipped_files("**/*.jsonl") if f.parent.name not in NOT_RESULTS_STORES]
     assert len(files) >= 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a skipped line would be a warning

@@ -25,7 +25,7 @@ from course_utils.child import MeasurementError, check_sane
 from course_utils.guards import alive
 from course_utils.recipe import Recipe
 from course_utils.common import MiB
-from course_utils.results import Measurement, ResultStore, StoreError, shipped_results
+from course_utils.results import NOT_RESULTS_STORES, Measurement, ResultStore, StoreError, shipped_results
 from course_utils.show.report import results_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ def test_every_shipped_result_passes_the_loss_check():
     19.22 -> 9.60 in one of them) and notebook 09's, the T4 check's and the tf32 ones."""
     folders = [""] + sorted(str(p.relative_to(ROOT / "course_utils" / "reference")) for p in
                             (ROOT / "course_utils" / "reference").rglob("*")
-                            if p.is_dir() and p.name not in ("t4", "tries", "checkpointing", "own_script"))  # not results stores
+                            if p.is_dir() and p.name not in NOT_RESULTS_STORES)
     from course_utils import guards
     from course_utils.chapter import t4
 
@@ -257,7 +257,7 @@ def test_a_lock_released_within_the_deadline_is_taken(tmp_path, monkeypatch):
 
 # --- 10. SIGTERM ---------------------------------------------------------------------------------------------------
 SIGTERMED = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     from pathlib import Path
     import course_utils.measure as mm
     import course_utils.cli as cli
@@ -269,7 +269,7 @@ SIGTERMED = textwrap.dedent("""
         mm.ResultStore(store.path).path.write_text(good_line + "\\n")
         child = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
                  "print('@@course-progress 1 0.1', flush=True); time.sleep(120)")
-        mm.relay([sys.executable, "-c", child, str(pidfile)], dict(mm.os.environ), None, None)
+        mm.relay([sys.executable, "-c", child, str(pidfile)], dict(os.environ), None, None)
         raise AssertionError("the child was not ended")
 
     mm.measure_all = cli.measure_all = measure_all

@@ -386,6 +386,12 @@ def _ladder(_key: str, recipe: Recipe) -> tuple[Recipe, ...]:
     return tuple(rungs)
 
 
+def gpu_recipe(model: str, four_bit: bool) -> Recipe:
+    """Notebook 11's per-GPU recipe on GPUs (QLoRA for Llama-3.1-8B; its "In your own script" cell shows it)."""
+    return Recipe(model=model, load_in_4bit=four_bit, prepare_kbit=False, precision="auto",
+                  gradient_checkpointing=True, micro_batch=4, max_seq_length=512, steps=6, label="per-GPU recipe")
+
+
 def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
     """The source chapter's complete script as a Recipe (its settings, our current APIs)."""
     return Recipe(

@@ -31,7 +31,8 @@ from __future__ import annotations
 from course_utils import machine, measure
 from course_utils.chapter.shipped_runs import (  # noqa: F401  (notebooks 09 and 10, the scripts: beyond.<name>)
     CHECKS, FAST_MAX_GIB, FAST_MIN_SPEEDUP, LEAN_MAX_GIB, LEAN_MAX_RATIO, LOSSES_APART, Row, batching, by_label,
-    format_rows, loss_agreement, loss_table, peer_reference, reference, rows, rows_table, source, target_checks)
+    format_rows, loss_agreement, loss_table, path_from, peer_reference, reference, rows, rows_table, source,
+    target_checks)
 from course_utils.chapter.exercises import (BEYOND_KNOBS, CLAIM, Exercise, REFERENCE_MODEL, Verdict, _est, _first,
                                             _gib, _only, _same_steps, claim_bytes)
 from course_utils.checks import check_hardware
@@ -43,26 +44,6 @@ from course_utils.machine import HardwareError
 from course_utils.recipe import TECHNIQUES, Recipe, source_chapter_recipe
 
 BEYOND = tuple(t for t in TECHNIQUES if t.where == "beyond")  # notebook 09's techniques, from the one table
-
-
-def path_from(src: Recipe) -> list[Recipe]:
-    """From a source recipe: each change added to the one before, then the lean recipe (a quarter of the
-    effective batch per micro-batch), the fast recipe (all of it in one micro-batch) and the fast recipe
-    with embeddings and activations on CPU. Every recipe keeps the source's tokens per optimizer step."""
-    out = [src]
-    for label, change in (("+ no fp32 upcast", {"prepare_kbit": False}),
-                          ("+ embeddings on CPU", {"offload_embeddings": True}),
-                          ("+ Liger kernels", {"liger_kernels": True})):
-        out.append(out[-1].with_(**change, label=label))
-    effective = src.effective_batch
-    mb = max(1, effective // 4)
-    out.append(out[-1].with_(micro_batch=mb, grad_accum=effective // mb, label=f"lean recipe ({mb}x{effective // mb})"))
-    fast_r = src.with_(prepare_kbit=False, liger_kernels=True, micro_batch=effective, grad_accum=1,
-                       label=f"fast recipe ({effective}x1)")
-    out.append(fast_r)
-    out.append(fast_r.with_(offload_embeddings=True, offload_activations=True,
-                            label=f"fast, embeddings + activations on CPU ({effective}x1)"))
-    return out
 
 
 def changes(model: str = "llama-3.1-8b", steps: int = 5) -> list[Recipe]:

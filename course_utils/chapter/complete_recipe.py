@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import re
 
-from course_utils.chapter import beyond_the_recipe
+from course_utils.chapter.shipped_runs import reference
 from course_utils.chapter.exercises import (Exercise, REFERENCE_MODEL, Verdict, _at, _est, _first, _gib,
                                             _larger_fits, _largest, _need_line, _only, _same_steps, _t4_bytes,
                                             _t4_fits, _try_est)
@@ -230,7 +230,7 @@ def checks_table(model: str = "llama-3.1-8b") -> Table:
     columns = [Column("budget", "GiB", ".1f"), Column("recipe", wrap=True), Column("estimate", "GiB", ".2f", short="est."),
                Column("allocated", "GiB", ".2f", short="alloc"), Column("reserved", "GiB", ".2f", short="rsrvd"),
                Column("tokens/s", fmt=",.0f"), Column("verdict")]
-    runs = beyond_the_recipe.reference(model, run="plan-check")
+    runs = reference(model, run="plan-check")
     if not runs:
         return Table(columns, [], title=f"no planner check ships for {model}")
     source = next(m for m in runs if m.label.startswith("source"))

@@ -38,8 +38,9 @@ from types import SimpleNamespace
 
 from course_utils.estimate import terms as E
 from course_utils.chapter import figures, shipped_runs as beyond, toward_the_limit
+from course_utils.chapter.figures import PLACEHOLDER, FactError, _shown
 from course_utils.chapter.shipped_runs import offline_examples, own_check, tf32_run as tf32
-from course_utils.chapter.t4 import record_for, runs
+from course_utils.chapter.t4 import run_of as t4
 from course_utils.chapter.toward_the_limit import profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped
 from course_utils.estimate import limits, plan as P
@@ -54,14 +55,6 @@ from course_utils.machine import H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
 from course_utils.recipe import Recipe, base_recipe_for, ladder, source_chapter_recipe
 from course_utils.results import all_reference_results, reference_results
 from course_utils.safe_eval import evaluate
-
-PLACEHOLDER = re.compile(r"\{\{(.+?)\}\}", re.S)
-_SPEC = re.compile(r"^(.*\S)\s*:\s*([<>^=+\- #0-9,._%a-zA-Z]*)$", re.S)
-
-
-class FactError(ValueError):
-    """A placeholder that cannot be rendered: names the expression and what went wrong."""
-
 
 # --- the sources ----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
@@ -109,25 +102,6 @@ def chapter(model: str = "llama-3.1-8b"):
     """The source chapter's recipe."""
 
     return source_chapter_recipe(model)
-
-
-def t4(notebook: str, label: str, variant: str = "small"):
-    """A Measurement of the shipped T4 check: `notebook` (its number, '07', or name), the run's label."""
-
-    rec = record_for(notebook if "_" in notebook else _notebook_name(notebook), variant)
-    for m in runs(rec):
-        if m.label == label:
-            return m
-    raise FactError(f"the T4 check of {notebook} ({variant}) has no run labelled {label!r}")
-
-
-def _notebook_name(number: str) -> str:
-    from course_utils.chapter.t4 import records
-
-    names = sorted({r["notebook"] for r in records() if r["notebook"].startswith(number)})
-    if len(names) != 1:
-        raise FactError(f"no single notebook numbered {number!r}")
-    return names[0]
 
 
 @functools.lru_cache(maxsize=None)
@@ -294,43 +268,18 @@ def namespace() -> dict:
 
 # --- rendering ------------------------------------------------------------------------------------
 def render_value(expression: str):
-    """Evaluate one placeholder's expression (and format it, when it carries a spec)."""
-    expr, spec = expression.strip(), None
-    found = _SPEC.match(expr)
-    if found and "(" not in found.group(2):
-        expr, spec = found.group(1), found.group(2)
-    try:
-        value = evaluate(expr, figures.names_for(expr, namespace))  # restricted (safe_eval), with named figures
-    except FactError:
-        raise
-    except Exception as exc:
-        raise FactError(f"{{{{ {expression.strip()} }}}}: {type(exc).__name__}: {exc}") from None
-    return format(value, spec) if spec is not None else value
-
-
-def _shown(value) -> str:
-    """A placeholder's value as text shows it: strings as they are, integers with thousands separators."""
-    return value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+    """One placeholder's value from the sources themselves (figures.render_value with namespace())."""
+    return figures.render_value(expression, namespace)
 
 
 def render(text: str) -> str:
-    """Every placeholder in `text` replaced by its value."""
-    return PLACEHOLDER.sub(lambda match: _shown(render_value(match.group(1))), text)
+    """Every placeholder in `text` replaced by its value, from the sources."""
+    return figures.render(text, namespace)
 
 
 def render_tree(data):
-    """render() applied to every string of parsed YAML; a string that is one placeholder keeps its value's type."""
-    if isinstance(data, dict):
-        return {k: render_tree(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [render_tree(v) for v in data]
-    if isinstance(data, str):
-        whole = PLACEHOLDER.fullmatch(data.strip())
-        if whole:
-            value = render_value(whole.group(1))
-            return value if isinstance(value, (int, float)) else str(value)
-        return render(data) if "{{" in data else data
-    return data
+    """figures.render_tree from the sources."""
+    return figures.render_tree(data, namespace)
 
 
 def main(argv: list[str] | None = None) -> int:

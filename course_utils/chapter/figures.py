@@ -116,3 +116,58 @@ def names_for(expression: str, namespace) -> dict:
     names = namespace()
     names.update({n: evaluate(registry()[n].expr, names) for n in used})
     return names
+
+
+# --- rendering ------------------------------------------------------------------------------------
+PLACEHOLDER = re.compile(r"\{\{(.+?)\}\}", re.S)
+_SPEC = re.compile(r"^(.*\S)\s*:\s*([<>^=+\- #0-9,._%a-zA-Z]*)$", re.S)
+
+
+class FactError(ValueError):
+    """A placeholder that cannot be rendered: names the expression and what went wrong."""
+
+
+def render_value(expression: str, namespace=None):
+    """Evaluate one placeholder's expression (and format it, when it carries a spec). `namespace`: the sources'
+    names (facts.namespace, which facts.render_value passes); None: the shipped values of facts.json, as a quiz
+    bank renders (no torch, no source imported; tests/test_named_figures.py keeps the file current)."""
+    expr, spec = expression.strip(), None
+    found = _SPEC.match(expr)
+    if found and "(" not in found.group(2):
+        expr, spec = found.group(1), found.group(2)
+    try:
+        if namespace is None:
+            with from_shipped():
+                value = evaluate(expr, names_for(expr, None))
+        else:
+            value = evaluate(expr, names_for(expr, namespace))  # restricted (safe_eval), with named figures
+    except FactError:
+        raise
+    except Exception as exc:
+        raise FactError(f"{{{{ {expression.strip()} }}}}: {type(exc).__name__}: {exc}") from None
+    return format(value, spec) if spec is not None else value
+
+
+def _shown(value) -> str:
+    """A placeholder's value as text shows it: strings as they are, integers with thousands separators."""
+    return value if isinstance(value, str) else f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def render(text: str, namespace=None) -> str:
+    """Every placeholder in `text` replaced by its value."""
+    return PLACEHOLDER.sub(lambda match: _shown(render_value(match.group(1), namespace)), text)
+
+
+def render_tree(data, namespace=None):
+    """render() applied to every string of parsed YAML; a string that is one placeholder keeps its value's type."""
+    if isinstance(data, dict):
+        return {k: render_tree(v, namespace) for k, v in data.items()}
+    if isinstance(data, list):
+        return [render_tree(v, namespace) for v in data]
+    if isinstance(data, str):
+        whole = PLACEHOLDER.fullmatch(data.strip())
+        if whole:
+            value = render_value(whole.group(1), namespace)
+            return value if isinstance(value, (int, float)) else str(value)
+        return render(data, namespace) if "{{" in data else data
+    return data

@@ -20,7 +20,7 @@ from course_utils.estimate.distributed import anchor_lines, anchor_recipe, estim
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
 from course_utils.estimate.planner import parse_gpu_budget
 from course_utils.measure import measure
-from course_utils.recipe import Recipe, source_chapter_recipe
+from course_utils.recipe import Recipe, gpu_recipe, source_chapter_recipe  # noqa: F401 (gpu_recipe: notebook 11)
 from course_utils.show.tables import Column, Table, wrap
 
 MODEL = "llama-3.1-70b"
@@ -129,12 +129,6 @@ def multi_gpu_path(use_llama_8b: bool = False) -> RunPath:
                         learning_rate=1e-3, label="per-GPU recipe")
         return RunPath(model, GPUS, "cpu", recipe)
     return RunPath(model, GPUS, "cuda", gpu_recipe(model, four_bit=use_llama_8b))
-
-
-def gpu_recipe(model: str, four_bit: bool) -> Recipe:
-    """Notebook 11's per-GPU recipe on GPUs (QLoRA for Llama-3.1-8B; its "In your own script" cell shows it)."""
-    return Recipe(model=model, load_in_4bit=four_bit, prepare_kbit=False, precision="auto",
-                  gradient_checkpointing=True, micro_batch=4, max_seq_length=512, steps=6, label="per-GPU recipe")
 
 
 def run_both(path: RunPath, store=None):

@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 
 from course_utils import build
-from course_utils.chapter import beyond_the_recipe as beyond
+from course_utils.chapter import shipped_runs as beyond
 from course_utils.chapter.library_map import flat
-from course_utils.chapter.more_than_one_gpu import gpu_recipe
-from course_utils.recipe import Recipe, RecipeError, base_recipe_for, ladder, source_chapter_recipe
+from course_utils.recipe import Recipe, RecipeError, base_recipe_for, gpu_recipe, ladder, source_chapter_recipe
 
 MODEL = "llama-3.1-8b"
 GPU_PRECISION = "bf16"  # what precision='auto' resolves to on the GPUs the references ran on (A100, H100, H200)

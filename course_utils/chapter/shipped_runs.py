@@ -29,6 +29,26 @@ def source(model: str = "llama-3.1-8b", steps: int = 5) -> Recipe:
     return source_chapter_recipe(model).with_(steps=steps, warmup_steps=1, label="source recipe (1x16)")
 
 
+def path_from(src: Recipe) -> list[Recipe]:
+    """From a source recipe: each change added to the one before, then the lean recipe (a quarter of the
+    effective batch per micro-batch), the fast recipe (all of it in one micro-batch) and the fast recipe
+    with embeddings and activations on CPU. Every recipe keeps the source's tokens per optimizer step."""
+    out = [src]
+    for label, change in (("+ no fp32 upcast", {"prepare_kbit": False}),
+                          ("+ embeddings on CPU", {"offload_embeddings": True}),
+                          ("+ Liger kernels", {"liger_kernels": True})):
+        out.append(out[-1].with_(**change, label=label))
+    effective = src.effective_batch
+    mb = max(1, effective // 4)
+    out.append(out[-1].with_(micro_batch=mb, grad_accum=effective // mb, label=f"lean recipe ({mb}x{effective // mb})"))
+    fast_r = src.with_(prepare_kbit=False, liger_kernels=True, micro_batch=effective, grad_accum=1,
+                       label=f"fast recipe ({effective}x1)")
+    out.append(fast_r)
+    out.append(fast_r.with_(offload_embeddings=True, offload_activations=True,
+                            label=f"fast, embeddings + activations on CPU ({effective}x1)"))
+    return out
+
+
 
 # ---------------------------------------------------------------------------------------------
 # the side-by-side table

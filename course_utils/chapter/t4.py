@@ -334,3 +334,18 @@ def markdown_table(path: Path = RECORDS) -> str:
                          f"{rec['card_peak_gib']:.2f}")
         rows.append(f"| {nb} | " + " | ".join(cells) + " |")
     return "\n".join(head + rows + ([""] + notes if notes else []))
+
+
+def run_of(notebook: str, label: str, variant: str = "small"):
+    """A Measurement of the shipped T4 check: `notebook` (its number, '07', or name), the run's label (the facts'
+    t4(...), and the troubleshooting guide's logged errors)."""
+    if "_" not in notebook:
+        names = sorted({r["notebook"] for r in records() if r["notebook"].startswith(notebook)})
+        if len(names) != 1:
+            raise ValueError(f"no single notebook numbered {notebook!r}")
+        notebook = names[0]
+    for m in runs(record_for(notebook, variant)):
+        if m.label == label:
+            return m
+    raise ValueError(f"the T4 check of {notebook} ({variant}) has no run labelled {label!r}")
+

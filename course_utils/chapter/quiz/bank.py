@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.chapter.facts import FactError, render_tree
+from course_utils.chapter.figures import FactError, render_tree
 from course_utils.chapter.quiz.question import Bank, Choice, Question, WrongAnswer, quiz_dir
 
 TYPES = ("single", "multiple", "numeric")
@@ -85,8 +85,9 @@ def _parse_yaml_once(text: str) -> Any:
 
 
 def render_figures(data: Any, source: str) -> Any:
-    """A bank's `{{ ... }}` placeholders replaced by the figures they name (course_utils.facts); every
-    placeholder that cannot be rendered is reported with its question."""
+    """A bank's `{{ ... }}` placeholders replaced by the named figures' shipped values (course_utils.chapter.figures:
+    facts.json, kept current by tests/test_named_figures.py); every placeholder that cannot be rendered is reported
+    with its question."""
 
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         return data

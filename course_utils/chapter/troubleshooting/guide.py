@@ -28,6 +28,7 @@ from course_utils.chapter import facts
 from course_utils.chapter.every_notebook import release_url
 from course_utils.chapter.troubleshooting import sources as S
 from course_utils.chapter.troubleshooting.sources import Library, Logged, Produced, TroubleshootingError, version_of
+from course_utils.cli import main as cli_main
 from course_utils.common import shipped
 
 ROOT = shipped().parent  # a checkout: TROUBLESHOOTING.md and notebooks/ live beside the package
@@ -209,7 +210,8 @@ ENTRIES: tuple[Entry, ...] = (
         (Produced("The course refuses it before anything starts:", S.bf16_on_a_t4,
                   "`course_utils.machine.resolve_precision`, with the course's view of the machine set to a T4"),
          Produced("and so does the estimator, anywhere:",
-                  lambda: S.cli_error("estimate", "--model", "llama-3.1-8b", "--precision", "bf16", "--hardware", "t4"),
+                  lambda: S.cli_error(cli_main, "estimate", "--model", "llama-3.1-8b", "--precision", "bf16",
+                                      "--hardware", "t4"),
                   "`course estimate --model llama-3.1-8b --precision bf16 --hardware t4`"),
          Library("transformers' `TrainingArguments(bf16=True)` raises this where torch says the GPU has no bf16 "
                  "at all:", "transformers", "training_args.py",
@@ -367,7 +369,8 @@ ENTRIES: tuple[Entry, ...] = (
         "positions", "A sequence longer than the model's positions",
         "`max_seq_length` (or `--seq`) beyond the model's `max_position_embeddings`.",
         (Produced("`course estimate`, `course plan`, `course run` and the notebooks refuse it up front:",
-                  S.positions_error, "`course_utils.checks.check_positions`, through `course estimate`"),),
+                  lambda: S.positions_error(cli_main),
+                  "`course_utils.checks.check_positions`, through `course estimate`"),),
         why="A model's config says how many positions it takes (`max_position_embeddings`); the course refuses more "
             "rather than train on positions the model was not built for.",
         fix="Use a `max_seq_length` within what the message names. A longer context is a property of the model: "

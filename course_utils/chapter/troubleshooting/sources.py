@@ -22,17 +22,17 @@ from typing import Callable
 from unittest import mock
 
 from course_utils import machine as hardware, models
-from course_utils.chapter import facts, t4
+from course_utils.chapter import t4
 from course_utils.chapter.every_notebook import (SMALL_HUB_MODEL, choose_model, lora_grads_under_checkpointing,
                                                setup_cell)
 from course_utils.chapter.t4 import VARIANTS, defect, record_for
 from course_utils.checks import check_data, check_hardware, check_machine
-from course_utils.cli import main
 from course_utils.cli_env import env_report
 from course_utils.cli_recipe import FLAGS, estimate_base, flag_for
-from course_utils.common import __version__
+from course_utils.common import GiB, __version__
 from course_utils.estimate.peak import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, needed_bytes
+from course_utils.estimate.planner import plan as planner_plan
 from course_utils.machine import PROFILES, get_hardware, resolve_precision
 from course_utils.models import TINY_CONFIG, _with_deadline, hub_error, shipped_token_count
 from course_utils.recipe import Recipe
@@ -120,8 +120,8 @@ class Logged:
     sentences: int = 2
 
     def run(self):
-        """The logged Measurement (facts.t4: the newest record of that notebook and variant)."""
-        return facts.t4(self.notebook, self.label, self.variant)
+        """The logged Measurement (t4.run_of: the newest record of that notebook and variant)."""
+        return t4.run_of(self.notebook, self.label, self.variant)
 
     def text(self) -> str:
         """The run's error to the end of its first `sentences` sentences; what follows names that GPU's totals."""
@@ -285,8 +285,9 @@ def bf16_on_a_t4() -> str:
         return raised(lambda: resolve_precision("bf16"))
 
 
-def cli_error(*argv: str) -> str:
-    """What `course <argv>` writes to stderr: its one-line error."""
+def cli_error(main: Callable, *argv: str) -> str:
+    """What `course <argv>` writes to stderr: its one-line error (`main`: course_utils.cli.main, which the guide
+    passes in, so that these sources stay below the CLI)."""
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -345,10 +346,10 @@ def data_error() -> str:
     return raised(lambda: check_data(Recipe(**DATA_RECIPE)))
 
 
-def positions_error() -> str:
+def positions_error(main: Callable) -> str:
     """`course estimate`'s error for a sequence twice as long as the tiny model's position table."""
 
-    return cli_error("estimate", "--model", "tiny", "--seq", str(2 * TINY_CONFIG["max_position_embeddings"]))
+    return cli_error(main, "estimate", "--model", "tiny", "--seq", str(2 * TINY_CONFIG["max_position_embeddings"]))
 
 
 # --- generated parts: what to turn down, from the estimator and the planner -------------------------
@@ -381,31 +382,31 @@ def turn_down_table(recipe, hardware: str = "t4") -> str:
     """Markdown: each single change's estimated peak, what the planner's rule needs for it, whether that fits."""
 
     hw = get_hardware(hardware)
-    budget = int(hw.memory_gib * facts.GiB)
+    budget = int(hw.memory_gib * GiB)
     rows = [(name, estimate(r, hardware=hw)) for name, r in single_changes(recipe)]
     first = rows[0][1]
     share = first.by_category["activations"] / first.peak_bytes
     lines = [f"What the estimator says of that run (`{estimate_command(recipe, hardware)}`): activations are "
              f"{100 * share:.0f}% of its peak, so what shrinks them comes first. One change at a time; needed is "
-             f"the planner's rule, peak x {MARGIN_FACTOR} + {MARGIN_GIB} GiB, against {budget / facts.GiB:.2f} "
+             f"the planner's rule, peak x {MARGIN_FACTOR} + {MARGIN_GIB} GiB, against {budget / GiB:.2f} "
              "GiB:", "",
              "| change | estimated peak (GiB) | needed (GiB) | fits |", "|---|---:|---:|---|"]
     for name, e in rows:
         need = needed_bytes(e)
-        lines.append(f"| {name} | {e.peak_bytes / facts.GiB:.2f} | {need / facts.GiB:.2f} | "
+        lines.append(f"| {name} | {e.peak_bytes / GiB:.2f} | {need / GiB:.2f} | "
                      f"{'yes' if need <= budget else 'no'} |")
     return "\n".join(lines)
 
 
 def plan_summary(model: str = "llama-3.1-8b", hardware: str = "t4") -> str:
     """One sentence from the planner: how many candidates fit the card, how many of them are 4-bit, its pick."""
-    plan = facts.planner(model, None, hardware)
+    plan = planner_plan(model, None, hardware=hardware)
     fit = plan.fitting
     four_bit = sum(bool(r.recipe.load_in_4bit) for r in fit)
     pick = plan.pick
     return (f"`course plan --model {model} --hardware {hardware}` finds {len(fit)} of its {len(plan.rows)} "
-            f"candidates within {plan.budget / facts.GiB:.2f} GiB, {four_bit} of them with 4-bit NF4 weights"
-            + (f"; its pick: {pick.recipe.describe()}, needing {pick.needed / facts.GiB:.2f} GiB." if pick else "."))
+            f"candidates within {plan.budget / GiB:.2f} GiB, {four_bit} of them with 4-bit NF4 weights"
+            + (f"; its pick: {pick.recipe.describe()}, needing {pick.needed / GiB:.2f} GiB." if pick else "."))
 
 
 def t4_misfits() -> str:

@@ -13,6 +13,7 @@ import contextlib
 import io
 import math
 import socket
+import re
 import threading
 import time
 
@@ -252,7 +253,15 @@ def test_a_bad_placeholder_is_refused_at_once_naming_bank_question_and_placehold
     worker.join(30)
     assert not worker.is_alive(), "the loader hangs on the placeholder"
     message = str(box["error"])
-    assert str(path) in message and "'q-bad'" in message and expression in message and why in message
+    # a bank renders from the shipped values: a word that is not a named figure is refused before anything runs;
+    # what gets past the names (9**9**9, a format call, a repetition) is refused by the evaluator
+    refused = why in message or "not named figures" in message
+    assert str(path) in message and "'q-bad'" in message and expression in message and refused, message
+    # the sources' own path (facts.render_value: README, notebooks) refuses it in the evaluator, with its reason
+    from course_utils.chapter.facts import FactError, render_value
+
+    with pytest.raises(FactError, match=re.escape(why)):
+        render_value(expression)
 
 
 def test_the_evaluator_keeps_what_the_texts_use():

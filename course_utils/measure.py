@@ -23,7 +23,6 @@ from course_utils import checks, machine
 from course_utils.child import callback, run_here  # noqa: F401
 from course_utils.launch import (TEMP_PREFIXES, MeasurementError, _does_not_fit, _progress_bar,  # noqa: F401
                                  _read_child_result, child_env, relay, temp_folder)
-from course_utils.guards import measuring
 from course_utils.machine import resolve_precision
 from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, ladder
 from course_utils.results import Measurement, ResultStore, default_store, environment

@@ -17,8 +17,7 @@ import math
 import os
 import tempfile
 import warnings
-from dataclasses import asdict, dataclass
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 

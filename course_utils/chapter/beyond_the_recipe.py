@@ -36,8 +36,6 @@ from course_utils.chapter.shipped_runs import (  # noqa: F401  (notebooks 09 and
 from course_utils.chapter.exercises import (BEYOND_KNOBS, CLAIM, Exercise, REFERENCE_MODEL, Verdict, _est, _first,
                                             _gib, _only, _same_steps, claim_bytes)
 from course_utils.checks import check_hardware
-from course_utils.common import shipped
-from course_utils.estimate.peak import estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.plan import needed_bytes
 from course_utils.machine import HardwareError

@@ -14,7 +14,7 @@ from course_utils.chapter.shipped_runs import reference
 from course_utils.chapter.exercises import (Exercise, REFERENCE_MODEL, Verdict, _at, _est, _first, _gib,
                                             _larger_fits, _largest, _need_line, _only, _same_steps, _t4_bytes,
                                             _t4_fits, _try_est)
-from course_utils.common import GiB, MiB
+from course_utils.common import GiB
 from course_utils.estimate.peak import estimate
 from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, fits_on_card, needed_bytes, short_name
 from course_utils.machine import HARDWARE, get_hardware
@@ -151,8 +151,6 @@ def checklist_html(report: str) -> str:
     """check_recipe's report as the live widget shows it: its statements as text that wraps between words (the
     verdict in bold, green when the recipe fits, red when not), its items as the table the Markdown copy has,
     one line per row (no cell wraps; the widest, the item, is 33 characters)."""
-    import html
-
     head, rows = checklist_rows(report)
     lines = []
     for line in head:

@@ -54,7 +54,6 @@ from course_utils.estimate.planner import plan
 from course_utils.machine import H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
 from course_utils.recipe import Recipe, base_recipe_for, ladder, source_chapter_recipe
 from course_utils.results import all_reference_results, reference_results
-from course_utils.safe_eval import evaluate
 
 # --- the sources ----------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)

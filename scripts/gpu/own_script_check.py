@@ -88,7 +88,7 @@ def run_course(stem: str, model: str, timeout: int) -> dict:
     with tempfile.TemporaryDirectory() as home:
         m = measure(recipe, store=ResultStore(Path(home) / "results.jsonl"), force=True, progress=False,
                     timeout_s=timeout, isolate=True)
-    return dict(status=m.status, seconds=round(time.time() - t0, 1), label=recipe.label, recipe=recipe.to_dict() if hasattr(recipe, "to_dict") else str(recipe),
+    return dict(status=m.status, seconds=round(time.time() - t0, 1), label=recipe.label, recipe=recipe.to_dict(),
                 max_allocated_gib=round((m.cuda_max_allocated or 0) / GIB, 3),
                 max_reserved_gib=round((m.cuda_max_reserved or 0) / GIB, 3), tokens_per_s=m.tokens_per_s)
 

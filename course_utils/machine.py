@@ -243,7 +243,8 @@ def bitsandbytes_status() -> tuple[bool, str]:
     """(usable, reason): whether bitsandbytes imports and can quantize to NF4 and back on this device (a
     64-number tensor: an import alone succeeds even where no library for this CUDA version is installed)."""
     try:
-        import bitsandbytes.functional as bf
+        with _no_hub_kernels():
+            import bitsandbytes.functional as bf
         import torch
     except Exception as exc:  # ImportError, or a CUDA setup error raised at import
         return False, f"bitsandbytes does not import here ({type(exc).__name__}: {exc})"
@@ -257,6 +258,26 @@ def bitsandbytes_status() -> tuple[bool, str]:
         return False, (f"bitsandbytes {version} imports but cannot quantize to NF4 on {where} ({type(exc).__name__}: "
                        f"{first}); reinstall it for this machine (pip install --force-reinstall bitsandbytes)")
     return True, f"bitsandbytes {version} on {where} (NF4 quantize and dequantize checked)"
+
+
+class _no_hub_kernels:
+    """huggingface_hub's offline switch on while bitsandbytes imports: on a CPU with AVX512-BF16 its import asks the
+    hub for a CPU kernel (the `kernels` package) with no time limit, so a hub that accepts and never answers hung
+    `course env`. The course never uses that kernel (build.one_4bit_format_on_every_cpu turns it off)."""
+
+    def __enter__(self):
+        try:
+            from huggingface_hub import constants
+        except ImportError:
+            self.constants = None
+            return self
+        self.constants, self.was = constants, constants.HF_HUB_OFFLINE
+        constants.HF_HUB_OFFLINE = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.constants is not None:
+            self.constants.HF_HUB_OFFLINE = self.was
 
 
 def installed(names) -> dict[str, str]:

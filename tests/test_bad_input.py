@@ -220,6 +220,32 @@ def test_course_env_says_the_hub_did_not_answer(silent_hub):
     assert len(hub) == 1 and "did not answer within 0.3 s" in hub[0] and "answers" not in hub[0].split(":")[1]
 
 
+def test_course_env_in_its_own_process_ends_and_says_the_hub_did_not_answer(silent_hub):
+    """The whole command, as a learner runs it, HF_HUB_OFFLINE unset in its process only: bitsandbytes' import looks
+    for a CPU kernel on the hub (on a CPU with AVX512-BF16) with no time limit, and used to hang `course env` here."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env.update(PYTHONPATH=str(root), COURSE_HUB_CHECK_TIMEOUT="1")
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "course_utils.cli", "env"], cwd=root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    took = time.monotonic() - started
+    hub = [line for line in out.splitlines() if "hub access" in line]
+    assert len(hub) == 1 and "did not answer within 1 s" in hub[0], out[-800:] + err[-800:]
+    assert "Traceback" not in err and took < 60
+
+
 # --- 12. quiz bank placeholders ------------------------------------------------------------------------------------
 def bank_with(tmp_path, expression: str):
     path = tmp_path / "99_bad.yaml"

@@ -165,8 +165,8 @@ def check_targets(recipe: Recipe) -> None:
         return
     missing = [t for t in recipe.lora_targets if t not in KNOWN_LINEARS]
     if missing:
-        raise RecipeError(f"LoRA target module(s) {missing} not found in {recipe.model!r}. Its linear layers are: "
-                          f"{sorted(KNOWN_LINEARS)}. Pick lora_targets from those.")
+        raise RecipeError(f"lora_targets: LoRA target module(s) {missing} not found in {recipe.model!r}. Its linear "
+                          f"layers are: {sorted(KNOWN_LINEARS)}. Pick lora_targets from those.")
 
 
 def check_model(recipe: Recipe) -> None:

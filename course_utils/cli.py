@@ -16,8 +16,8 @@ from course_utils import distributed, measure
 from course_utils.checks import check_positions
 from course_utils.child import MeasurementError
 from course_utils.cli_config import config_estimate
-from course_utils.cli_recipe import (add_recipe_flags, estimate_base, recipe_from_flags, run_base, run_recipe,
-                                     value_flags)
+from course_utils.cli_recipe import (add_recipe_flags, estimate_base, field_type, recipe_from_flags, run_base,
+                                     run_recipe, value_flags)
 from course_utils.distributed import fsdp_ready, rank_table
 from course_utils.estimate.distributed import estimate_distributed
 from course_utils.estimate.peak import estimate
@@ -244,6 +244,18 @@ def _budget(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _path(flag: str):
+    """argparse type for a path flag: any text but an empty one (which would mean the current folder)."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty {flag} would mean the current folder: give a path")
+        return text
+
+    parse.__name__ = "path"
+    return parse
+
+
 def _gpu_count(text: str) -> int:
     """argparse type for --gpus: a whole number, 1 or more."""
     try:
@@ -262,11 +274,11 @@ def _add_estimate_and_plan(sub) -> None:
                          f"t4: Colab's free T4 (fp16, no FlashAttention-2, {T4_CARD_GIB:g} GiB); cpu")
     est = sub.add_parser("estimate",
                          help="the expected-memory table, or one recipe's estimated peak with its arithmetic")
-    est.add_argument("--model", default=None,
+    est.add_argument("--model", default=None, type=field_type("model", str),
                      help="a preset (llama-3.1-8b, ...), 'tiny', or a local folder / cached hub id; "
                           "without it, print the expected-memory table")
     est.add_argument("--source", action="store_true", help="start from the source chapter's complete recipe")
-    est.add_argument("--config", default=None, metavar="FILE",
+    est.add_argument("--config", default=None, metavar="FILE", type=_path("--config"),
                      help="a `trl sft --config` YAML file: its model and recipe, read as trl's sft script trains them "
                           "(settings the course does not model are named: an error, or a warning when harmless)")
     est.add_argument("--hardware", **hardware)
@@ -279,13 +291,14 @@ def _add_estimate_and_plan(sub) -> None:
     est.set_defaults(func=_cmd_estimate)
 
     pl = sub.add_parser("plan", help="the recipes that fit a memory budget, and the fastest of them")
-    pl.add_argument("--model", required=True, help="a preset such as llama-3.1-8b, or a local folder / cached hub id")
+    pl.add_argument("--model", required=True, type=field_type("model", str),
+                    help="a preset such as llama-3.1-8b, or a local folder / cached hub id")
     pl.add_argument("--budget", type=_budget, default=None,
                     help=f"memory to fit in, e.g. 16GiB, 16GB, 12.5GiB (default with --hardware t4: {T4_CARD_GIB:g}GiB); "
                          "on several GPUs the count and one GPU's memory, e.g. '2 x 15 GiB'")
     pl.add_argument("--gpus", type=_gpu_count, default=None,
                     help="GPUs to plan for (DDP and FSDP rows; the budget is then one GPU's memory)")
-    pl.add_argument("--seq", type=int, default=512, help="max sequence length (default 512)")
+    pl.add_argument("--seq", type=field_type("max_seq_length"), default=512, help="max sequence length (default 512)")
     pl.add_argument("--hardware", **hardware)
     pl.add_argument("--all", action="store_true", help="list every recipe that fits, not only the 15 fastest")
     pl.set_defaults(func=_cmd_plan)
@@ -305,10 +318,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
 
     run = sub.add_parser("run", help="measure the chapter's ladder of techniques and plot memory against speed")
-    run.add_argument("--model", default="tiny",
+    run.add_argument("--model", default="tiny", type=field_type("model", str),
                      help="'tiny' (embedded, offline; default), a preset such as llama-3.1-8b (GPU), or a hub id/path")
-    run.add_argument("--out", default="course-output", help="folder for ladder.jsonl and ladder.png")
-    run.add_argument("--store", default=None, help="results store (default $COURSE_HOME/results.jsonl)")
+    run.add_argument("--out", default="course-output", type=_path("--out"),
+                     help="folder for ladder.jsonl and ladder.png")
+    run.add_argument("--store", default=None, type=_path("--store"),
+                     help="results store (default $COURSE_HOME/results.jsonl)")
     run.add_argument("--force", action="store_true", help="re-measure even when the store has a result")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     run.add_argument("--gpus", type=_gpu_count, default=1,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import typing
 
-from course_utils.recipe import (FIELD_HELP, PRECISIONS, TECHNIQUES, Recipe, base_recipe_for,
-                                  source_chapter_recipe)
+from course_utils.recipe import (FIELD_HELP, FIELD_RULES, PRECISIONS, TECHNIQUES, Recipe, RecipeError,
+                                  base_recipe_for, check_field, source_chapter_recipe)
 
 # Spellings the CLI had before its flags were derived: each still works, beside --field-name.
 ALIASES = {"max_seq_length": ("--seq",), "learning_rate": ("--lr",)}
@@ -121,11 +121,11 @@ def _kind(name: str) -> dict:
     if name == "lora_r":
         return {"type": _lora_rank, "metavar": "RANK"}
     if typing.get_origin(hint) is tuple:
-        return {"type": _names, "metavar": "NAME,..."}
+        return {"type": field_type(name, _names), "metavar": "NAME,..."}
     if name in CHOICES:
         return {"type": hint, "choices": CHOICES[name]}
     if hint in (int, float, str):
-        return {"type": hint, "metavar": {int: "N", float: "X", str: "NAME"}[hint]}
+        return {"type": field_type(name, hint), "metavar": {int: "N", float: "X", str: "NAME"}[hint]}
     raise TypeError(f"Recipe.{name} ({hint}) has no flag type: give it one in cli_recipe._kind.")
 
 
@@ -166,6 +166,29 @@ def _lora_rank(text: str) -> int:
         raise argparse.ArgumentTypeError(
             f"--lora-r {text} is not a LoRA rank: give a positive rank such as 16, or 'none' for a full fine-tune")
     return rank
+
+
+def field_type(name: str, read=None):
+    """argparse type for field `name`'s flag: the text read as the field's type (`read`, default its annotation),
+    then checked against its FIELD_RULES entry, so the flag refuses what Recipe refuses, in the same words
+    ('learning_rate must be a positive, finite number ..., got 'big'.'), before any process starts."""
+    read = read or _hints()[name]
+
+    def parse(text: str):
+        try:
+            value = read(text)
+        except (ValueError, TypeError, OverflowError):
+            shown = text if len(text) <= 40 else text[:37] + "..."
+            raise argparse.ArgumentTypeError(f"{name} must {FIELD_RULES[name].allowed}, got {shown!r}.") from None
+        try:
+            check_field(name, value)
+        except RecipeError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name  # argparse names the type by it
+    parse.field, parse.read = name, read  # what a test reads to pick bad values for the flag
+    return parse
 
 
 def _names(text: str) -> tuple[str, ...]:

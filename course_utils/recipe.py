@@ -40,6 +40,14 @@ def _whole(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+_MOST = "2**31 - 1"  # the largest count a field takes: a 32-bit int's, as the libraries' sizes and steps are
+
+
+def _count(v: Any, least: int) -> bool:
+    """A whole number from `least` to 2**31 - 1 (a larger one is a typo, and overflows the libraries' counters)."""
+    return _whole(v) and least <= v < 2**31
+
+
 def _real(v: Any) -> bool:
     """A finite int or float (no bool, nan or inf)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -71,8 +79,8 @@ FIELD_RULES: dict[str, FieldRule] = {
                        "name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a local folder)", "text"),
     "load_in_4bit": _rule_bool("QLoRA: NF4 base weights through bitsandbytes"),
     "double_quant": _rule_bool("quantize the 4-bit scales too (about 0.37 bits/param saved)"),
-    "lora_r": FieldRule(lambda v: v is None or (_whole(v) and v > 0),
-                        "be a positive whole number or None (full fine-tune)", "whole",
+    "lora_r": FieldRule(lambda v: v is None or _count(v, 1),
+                        f"be a whole number from 1 to {_MOST} or None (full fine-tune)", "whole",
                         "LoRA rank, or 'none' for a full fine-tune"),
     "lora_alpha": FieldRule(lambda v: _real(v) and v > 0,
                             "be a finite number above 0 (the chapter uses 32: the update is scaled by alpha / r)",
@@ -85,19 +93,19 @@ FIELD_RULES: dict[str, FieldRule] = {
     "precision": FieldRule(lambda v: isinstance(v, str) and v in PRECISIONS, f"be one of {PRECISIONS}", "choice",
                            "auto picks bf16 / fp16 / fp32 from the hardware"),
     "gradient_checkpointing": _rule_bool("keep only each layer's input and recompute the rest in the backward"),
-    "micro_batch": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+    "micro_batch": FieldRule(lambda v: _count(v, 1), f"be a whole number from 1 to {_MOST}", "whole",
                              "sequences per forward and backward (per_device_train_batch_size)"),
-    "grad_accum": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+    "grad_accum": FieldRule(lambda v: _count(v, 1), f"be a whole number from 1 to {_MOST}", "whole",
                             "micro-batches per optimizer step (gradient_accumulation_steps)"),
     "optimizer": FieldRule(lambda v: isinstance(v, str) and bool(v),
                            "be an optimizer name such as 'adamw_torch' (any name in transformers' OptimizerNames)",
                            "text", "adamw_torch, adamw_8bit, paged_adamw_8bit, ... (any name in transformers' "
                            "OptimizerNames)"),
-    "max_seq_length": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+    "max_seq_length": FieldRule(lambda v: _count(v, 1), f"be a whole number from 1 to {_MOST}", "whole",
                                 "max sequence length (sequences are packed to exactly this many tokens)"),
-    "steps": FieldRule(lambda v: _whole(v) and v > 0, "be a positive whole number", "whole",
+    "steps": FieldRule(lambda v: _count(v, 1), f"be a whole number from 1 to {_MOST}", "whole",
                        "optimizer steps per recipe: warm-up, 1 tracked for memory, the rest timed"),
-    "warmup_steps": FieldRule(lambda v: _whole(v) and v >= 0, "be a whole number, 0 or more", "whole",
+    "warmup_steps": FieldRule(lambda v: _count(v, 0), f"be a whole number from 0 to {_MOST}", "whole",
                               "steps before the tracked one, left out of tokens/s and of the peak"),
     "learning_rate": FieldRule(lambda v: _real(v) and v > 0,
                                "be a positive, finite number (the chapter uses 2e-4)", "number",

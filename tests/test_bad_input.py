@@ -94,11 +94,21 @@ def test_the_keys_of_shipped_results_are_unchanged():
     assert len(ms) > 30 and all(m.recipe_obj.key == m.recipe_key for m in ms)
 
 
-@pytest.mark.parametrize("flag, value", [("--lr", "nan"), ("--steps", "0"), ("--seed", "-1")])
-def test_bad_recipe_values_from_the_cli_never_reach_a_process(flag, value, no_training, tmp_path):
-    code, _, err = run_cli(["run", flag, value, "--store", str(tmp_path / "r.jsonl"), "--out", str(tmp_path / "o")])
+@pytest.mark.parametrize("flag, field, value", [
+    ("--lr", "learning_rate", "nan"), ("--lr", "learning_rate", "big"), ("--steps", "steps", "0"),
+    ("--steps", "steps", "2.5"), ("--steps", "steps", "9" * 30), ("--seed", "seed", "-1"),
+    ("--micro-batch", "micro_batch", "four"), ("--grad-accum", "grad_accum", ""),
+])
+def test_bad_recipe_values_from_the_cli_never_reach_a_process(flag, field, value, no_training, tmp_path):
+    """The flag is refused by the same table as Recipe(...), in its words: the field, the value, what is allowed."""
+    from course_utils.recipe import FIELD_RULES
+
+    code, _, err = run_cli(["run", f"{flag}={value}", "--store", str(tmp_path / "r.jsonl"),
+                            "--out", str(tmp_path / "o")])
     assert code == 2 and not no_training
-    assert one_line(err).startswith("course: error:")
+    line = one_line(err)
+    assert line.startswith("course run: error: argument ") and flag in line
+    assert f"{field} must {FIELD_RULES[field].allowed}, got " in line and value[:10] in line
 
 
 # --- 6. COURSE_HOME a file or a read-only folder -------------------------------------------------------------------
@@ -302,26 +312,34 @@ def test_the_evaluator_keeps_what_the_texts_use():
 
 
 # --- 13. no traceback from the `course` command, for any flag's bad value -----------------------------------------
+HUGE = "9" * 30  # past any count a field takes (2**31 - 1) and past int64
+
+
 def _bad_values(action: argparse.Action) -> list[str]:
-    """Values each kind of flag must refuse (or, where argparse takes any text, values that cannot work)."""
+    """Values each kind of flag must refuse (or, where argparse takes any text, values that cannot work): its own
+    (_kind_values) and, for every flag that takes a value, an empty string."""
     if isinstance(action, argparse.BooleanOptionalAction):
         return ["=yes"]
+    return list(dict.fromkeys(_kind_values(action) + [""]))
+
+
+def _kind_values(action: argparse.Action) -> list[str]:
     if action.choices:
         return ["bogus"]
-    kind = action.type
-    names = {"--budget": ["lots", "-1GiB", "0GiB", "2 x"], "--gpus": ["0", "-2", "two"],
-             "--seq": ["x", "0", "-64", "99999999"], "--max-seq-length": ["1.5", "0"],
-             "--lora-r": ["0", "-4", "x"], "--lora-targets": [",", "bogus_proj"], "--model": ["", "no/such-model"],
+    kind = getattr(action.type, "read", action.type)  # a recipe field's flag reads its type, then checks its rule
+    names = {"--budget": ["lots", "-1GiB", "0GiB", "2 x"], "--gpus": ["0", "-2", "two", "2.5"],
+             "--seq": ["x", "0", "-64", "99999999", HUGE], "--max-seq-length": ["1.5", "0", HUGE],
+             "--lora-r": ["0", "-4", "x", HUGE], "--lora-targets": [",", "bogus_proj"], "--model": ["", "no/such-model"],
              "--optimizer": ["adamw_nope", ""], "--out": ["/dev/null/x"], "--store": ["/"],
-             "--warmup-steps": ["x", "-1", "100"], "--seed": ["x", "-1", "4294967296"],
-             "--lora-dropout": ["x", "nan", "1", "-0.1"], "--config": ["/no/such/sft.yaml", "/"]}
+             "--warmup-steps": ["x", "-1", "100", HUGE], "--seed": ["x", "-1", "4294967296", HUGE],
+             "--lora-dropout": ["x", "nan", "1", "-0.1", "1e400"], "--config": ["/no/such/sft.yaml", "/"]}
     for flag in action.option_strings:
         if flag in names:
             return names[flag]
     if kind is int:
-        return ["x", "2.5", "-1", "0"]
+        return ["x", "2.5", "-1", "0", HUGE]
     if kind is float:
-        return ["x", "nan", "inf", "-1", "0"]
+        return ["x", "nan", "inf", "-1", "0", "1e400"]
     return []
 
 
@@ -366,3 +384,5 @@ def test_every_bad_flag_value_is_one_line_and_no_traceback(command, flag, value,
     line = one_line(err)
     assert "error" in line and not no_training, argv
     assert "Traceback" not in out
+    field = {"--seq": "max_seq_length"}.get(flag, flag[2:].replace("-", "_"))
+    assert flag in line or field in line, line  # it names the flag, or the field the flag sets

@@ -192,8 +192,8 @@ def lora_shapes(recipe: Recipe, s: Shapes) -> list[tuple[str, int, int]]:
     found = [(n, i, o) for n, i, o in s.layer_linears if n in recipe.lora_targets]
     missing = set(recipe.lora_targets) - {n for n, _, _ in found}
     if missing:
-        raise RecipeError(f"LoRA target module(s) {sorted(missing)} not found in {recipe.model}; its linear "
-                          f"layers are {sorted({n for n, _, _ in s.layer_linears})}.")
+        raise RecipeError(f"lora_targets: LoRA target module(s) {sorted(missing)} not found in {recipe.model}; its "
+                          f"linear layers are {sorted({n for n, _, _ in s.layer_linears})}.")
     return found
 
 

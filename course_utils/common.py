@@ -116,7 +116,9 @@ def lock_wait_s() -> float:
 
 
 def lock_holder(path: Path) -> str:
-    """Who holds the lock at `path`, as its holder wrote it: 'pid N (command)', or 'another process'."""
+    """Who holds the lock at `path`, as its holder wrote it: 'pid N since <UTC time> (command)', or 'another
+    process'. (A holder that died let go of the lock with its last file descriptor: flock, so a lock file left by a
+    killed process is taken at once.)"""
     try:
         text = path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
@@ -127,9 +129,10 @@ def lock_holder(path: Path) -> str:
 @contextlib.contextmanager
 def file_lock(path: Path, wait_s: float | None = None, say=None):
     """An exclusive lock on `path` (made with its folder where missing), held while the block runs: two processes
-    never build the same model, or rewrite the same results store, at once. The holder writes its pid and
-    command into the lock file; a process that finds the lock taken says who holds it (one line on stderr, or
-    `say(line)`), waits up to `wait_s` seconds (default lock_wait_s()), then raises LockTimeout naming the holder."""
+    never build the same model, or rewrite the same results store, at once. The holder writes its pid, the time it
+    took the lock and its command into the lock file; a process that finds the lock taken says who holds it (one
+    line on stderr, or `say(line)`), waits up to `wait_s` seconds (default lock_wait_s()), then raises LockTimeout
+    naming the holder."""
     import fcntl
     import sys
     import time
@@ -157,7 +160,8 @@ def file_lock(path: Path, wait_s: float | None = None, say=None):
         try:
             fh.seek(0)
             fh.truncate()
-            fh.write(f"pid {os.getpid()} ({' '.join(sys.argv)[:150] or 'python'})\n")
+            since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            fh.write(f"pid {os.getpid()} since {since} ({' '.join(sys.argv)[:150] or 'python'})\n")
             fh.flush()
         except OSError:  # who holds it is only a courtesy
             pass

@@ -182,6 +182,67 @@ def test_grad_accum_beyond_the_data_is_refused_up_front(tiny_model, no_training,
     assert "4 x 1000 = 4000 sequences" in line and f"at most {blocks}" in line
 
 
+# --- 9. the store lock: who holds it, since when; a dead holder's lock is taken -----------------------------------
+LOCK_HOLDER = """
+import sys, time
+from pathlib import Path
+from course_utils.common import file_lock
+with file_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def lock_holder(tmp_path):
+    """A process holding the lock of the store tmp_path/results.jsonl (common.file_lock, as `course run` takes it)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(tmp_path / "results.jsonl.lock")], cwd=root,
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert holder.stdout.readline().strip() == "held"
+    yield holder
+    holder.kill()
+    holder.wait()
+    holder.stdout.close()
+
+
+def test_a_held_store_lock_says_who_holds_it_and_since_when(lock_holder, tmp_path, monkeypatch, capsys):
+    from course_utils.results import ResultStore, StoreError
+
+    from tests.test_store_safety import make
+
+    monkeypatch.setenv("COURSE_LOCK_TIMEOUT", "0.3")
+    with pytest.raises(StoreError) as exc:
+        ResultStore(tmp_path / "results.jsonl").add(make("waits"))
+    waiting = one_line(capsys.readouterr().err)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    for line in (waiting, str(exc.value)):
+        assert f"held by pid {lock_holder.pid} since {today} " in line and " UTC (" in line and "-c" in line, line
+    assert "up to 0.3 s" in waiting and "after 0.3 s" in str(exc.value)
+
+
+def test_the_lock_of_a_killed_holder_is_taken_at_once(lock_holder, tmp_path, monkeypatch, capsys):
+    """kill -9 leaves the lock file with the dead pid in it; the lock itself went with the process."""
+    from course_utils.results import ResultStore
+
+    from tests.test_store_safety import make
+
+    lock_holder.kill()
+    lock_holder.wait()
+    assert f"pid {lock_holder.pid} " in (tmp_path / "results.jsonl.lock").read_text()
+    monkeypatch.setenv("COURSE_LOCK_TIMEOUT", "30")
+    started = time.monotonic()
+    store = ResultStore(tmp_path / "results.jsonl")
+    store.add(make("taken over"))
+    assert time.monotonic() - started < 5 and [m.label for m in store.load()] == ["taken over"]
+    assert "waiting" not in capsys.readouterr().err
+
+
 # --- 11. a hub that accepts connections and never answers ---------------------------------------------------------
 @pytest.fixture
 def silent_hub(monkeypatch):

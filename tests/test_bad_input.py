@@ -142,6 +142,59 @@ def test_course_home_in_a_read_only_folder(argv, tmp_path, monkeypatch):
     assert code == 2 and "Permission denied" in line and "COURSE_HOME" in line
 
 
+# Every subcommand, with a home it cannot use: those that need COURSE_HOME (to build the tiny model, to keep results)
+# refuse in one line that names it; the others work as they do anywhere (a preset's shape needs no home).
+NEEDS_HOME = {"run": [["run", "--no-progress"], ["run", "--no-progress", "--gpus", "2"]],
+              "estimate": [["estimate", "--model", "tiny"]], "plan": [["plan", "--model", "tiny", "--budget", "1GiB"]]}
+NO_HOME = {"env": [["env"]], "estimate": [["estimate"], ["estimate", "--model", "llama-3.1-8b", "--source"]],
+           "plan": [["plan", "--model", "llama-3.1-8b", "--budget", "16GiB"]]}
+
+
+def _unusable_home(kind, tmp_path, monkeypatch):
+    """COURSE_HOME as a file, as a folder under a file, or in a read-only folder (simulated as in the test above)."""
+    import pathlib
+
+    plain = tmp_path / "plain"
+    plain.write_text("not a folder")
+    if kind == "file":
+        return plain
+    if kind == "under a file":
+        return plain / "home"
+    real_mkdir = pathlib.Path.mkdir
+
+    def mkdir(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "read-only")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
+    return tmp_path / "read-only" / "home"
+
+
+def test_the_home_table_names_every_subcommand():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(NEEDS_HOME) | set(NO_HOME)
+
+
+@pytest.mark.parametrize("kind", ["file", "under a file", "read-only"])
+@pytest.mark.parametrize("argv, needs", [(a, True) for v in NEEDS_HOME.values() for a in v]
+                         + [(a, False) for v in NO_HOME.values() for a in v], ids=lambda v: " ".join(v)
+                         if isinstance(v, list) else str(v))
+def test_every_subcommand_with_a_home_it_cannot_use(argv, needs, kind, no_training, tmp_path, monkeypatch):
+    home = _unusable_home(kind, tmp_path, monkeypatch)
+    monkeypatch.setenv("COURSE_HOME", str(home))
+    if argv[0] == "run":
+        argv = [*argv, "--out", str(tmp_path / "out")]
+    code, out, err = run_cli(argv)
+    assert "Traceback" not in err + out and not no_training
+    if needs:
+        line = one_line(err)
+        assert code == 2 and line.startswith("course: error:") and "COURSE_HOME" in line, line
+        assert str(home) in line or "Permission denied" in line, line
+    else:
+        assert code in (0, 1) and "error" not in err and out.strip(), err  # env is 1 where the stack lacks a part
+
+
 # --- 7. a damaged embedded model ---------------------------------------------------------------------------------
 def test_a_truncated_tiny_model_is_found_and_rebuilt(tmp_path, monkeypatch, capsys):
     from course_utils import models

@@ -143,10 +143,16 @@ def build_tokenizer(texts: list[str], vocab_size: int = TINY_VOCAB):
 
 
 def damage(folder: Path) -> str | None:
-    """Why a built model folder cannot be loaded (a missing config, a weights file cut short or not
-    safetensors), or None when it is whole. Reads only each weights file's header and size."""
+    """Why a built model folder cannot be loaded (a missing config, a JSON file (config, tokenizer) that does not
+    parse, a weights file cut short or not safetensors), or None when it is whole. Reads each weights file's header
+    and size only."""
     if not (folder / "config.json").is_file():
         return "config.json is missing"
+    for part in sorted(folder.glob("*.json")):
+        try:
+            json.loads(part.read_bytes())
+        except (OSError, ValueError) as exc:
+            return f"{part.name} cannot be read ({type(exc).__name__}: {str(exc)[:80]})"
     shards = sorted(folder.glob("*.safetensors"))
     if not shards:
         return "no weights file (*.safetensors)"

@@ -222,6 +222,30 @@ def test_damage_names_a_missing_config_or_weights(tmp_path):
     assert "model.safetensors" in damage(tmp_path)
 
 
+def test_a_garbled_tokenizer_is_found_and_rebuilt_by_the_command(tmp_path, monkeypatch):
+    """The whole command: one line says what was damaged and that it is rebuilt, then the answer (a tokenizer cut
+    short used to pass the check and end in a JSONDecodeError traceback when the measuring child loaded it)."""
+    from course_utils import models
+
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    folder = models.tiny_model_path()
+    tokenizer = folder / "tokenizer.json"
+    whole = tokenizer.read_bytes()
+    tokenizer.write_bytes(whole[:1000])
+    code, out, err = run_cli(["estimate", "--model", "tiny"])
+    line = one_line(err)
+    assert code == 0 and "Estimate for tiny" in out
+    assert "damaged" in line and "tokenizer.json cannot be read" in line and "rebuilding" in line
+    assert models.damage(folder) is None and tokenizer.read_bytes() == whole
+
+
+def test_damage_names_a_config_that_does_not_parse(tmp_path):
+    from course_utils.models import damage
+
+    (tmp_path / "config.json").write_text('{"hidden_size": 2')
+    assert damage(tmp_path).startswith("config.json cannot be read")
+
+
 # --- 8. an optimizer step that needs more data than there is -----------------------------------------------------
 def test_grad_accum_beyond_the_data_is_refused_up_front(tiny_model, no_training, tmp_path):
     from course_utils.models import shipped_token_count

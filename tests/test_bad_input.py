@@ -410,6 +410,7 @@ def bank_with(tmp_path, expression: str):
     ("open('/etc/passwd').read()", "unknown name 'open'"),
     ("'x' * 10**6", "repetition"),
     ("(lambda: 1)()", "Lambda"),
+    ("no_such_figure * 2", "unknown name 'no_such_figure'"),
 ])
 def test_a_bad_placeholder_is_refused_at_once_naming_bank_question_and_placeholder(tmp_path, expression, why):
     from course_utils.chapter.quiz.bank import QuizError, load_bank

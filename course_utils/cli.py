@@ -411,6 +411,8 @@ def _saved_note() -> str:
     if store is None:
         return "Nothing was measured."
     saved = _count(store) - _STATE.get("stored_before", 0)
+    if saved <= 0:
+        return "No result of this run was stored yet; run the same command again to start over."
     return (f"{saved} result(s) of this run were saved in {store.path}; run the same command again to resume "
             "(stored results are reused, not re-measured).")
 

@@ -320,6 +320,16 @@ def test_the_lock_of_a_killed_holder_is_taken_at_once(lock_holder, tmp_path, mon
     assert "waiting" not in capsys.readouterr().err
 
 
+def test_stopped_before_a_result_was_stored_says_so(tmp_path, monkeypatch):
+    """Not '0 result(s) of this run were saved in <a store that does not exist>'."""
+    from course_utils import cli
+    from course_utils.results import ResultStore
+
+    monkeypatch.setitem(cli._STATE, "store", ResultStore(tmp_path / "results.jsonl"))
+    monkeypatch.setitem(cli._STATE, "stored_before", 0)
+    assert cli._saved_note() == "No result of this run was stored yet; run the same command again to start over."
+
+
 # --- 11. a hub that accepts connections and never answers ---------------------------------------------------------
 @pytest.fixture
 def silent_hub(monkeypatch):

@@ -219,7 +219,7 @@ def test_ctrl_c_says_what_was_saved_and_how_to_resume(capsys, monkeypatch, tmp_p
     monkeypatch.setattr(cli, "_cmd_env", interrupted)
     assert cli.main(["env"]) == 130
     err = capsys.readouterr().err
-    assert "interrupted" in err and "0 result(s)" in err and "run the same command again to resume" in err
+    assert "interrupted" in err and "No result of this run was stored yet" in err and "run the same command again" in err
     assert "Traceback" not in err
 
 

@@ -309,6 +309,8 @@ class _OneLineParser(argparse.ArgumentParser):
     block followed by the error."""
 
     def error(self, message: str):
+        if "ignored explicit argument" in message:  # '--gradient-checkpointing=yes': a switch takes no value
+            message += ": a switch takes no value (--x turns it on, --no-x, where it has one, off)"
         self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the flags)\n")
 
 

@@ -1,9 +1,11 @@
 """Issue 32: bad input is refused before anything trains, in one line, and no traceback reaches the terminal.
 
-Cases 5 (every Recipe field checked for type and range up front), 6 (COURSE_HOME a file or a read-only
-folder), 7 (a damaged embedded model), 8 (an optimizer step larger than the data), 11 (a hub that accepts and
-never answers), 12 (quiz bank placeholders: a restricted evaluator with a deadline) and 13 (every flag of the
-`course` command, fed bad values, in process).
+Cases 5 (every Recipe field checked for type and range up front, by Recipe and by its flag), 6 (COURSE_HOME a
+file or a read-only folder, for every subcommand), 7 (a damaged embedded model: weights, config or tokenizer),
+8 (an optimizer step larger than the data), 9 (the store lock: who holds it, since when; a dead holder's is taken),
+10 (what a stopped run says), 11 (a hub that accepts and never answers, `course env` in its own process too),
+12 (quiz bank placeholders: a restricted evaluator with a deadline) and 13 (every flag of the `course` command,
+fed bad values, in process).
 """
 
 from __future__ import annotations

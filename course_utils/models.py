@@ -17,7 +17,7 @@ from pathlib import Path
 
 from course_utils.common import SHIPPED_DATA, course_home  # noqa: F401  (models.course_home, models.SHIPPED_DATA)
 from course_utils.common import corpus_text
-from course_utils.common import file_lock as _file_lock, lock_path as _lock_path
+from course_utils.common import LockTimeout, file_lock as _file_lock, lock_path as _lock_path
 from course_utils.hub import (HUB_TIMEOUT_ENV, LAST_HUB_ANSWER, _in_hub_cache, _offline_mode, _quiet_hub, hub_address,
                               hub_reachable, hub_timeout)
 
@@ -187,7 +187,10 @@ def _rebuilding(target: Path, rebuild: bool) -> bool:
 
 
 def _home_error(exc: OSError, target: Path) -> ModelUnavailableError:
-    """One line for a model folder that cannot be written where COURSE_HOME points."""
+    """One line for a model folder that cannot be written where COURSE_HOME points, or whose build another process
+    held past the deadline (then the lock's words: who holds it, since when, what to do)."""
+    if isinstance(exc, LockTimeout):
+        return ModelUnavailableError(f"cannot build the model {target.name}: {exc}.")
     return ModelUnavailableError(
         f"cannot build the model in {target.parent} ({exc.filename or target}: {exc.strerror or exc}). "
         f"Set COURSE_HOME to a folder you can write (now {course_home()}).")

@@ -332,6 +332,36 @@ def test_stopped_before_a_result_was_stored_says_so(tmp_path, monkeypatch):
     assert cli._saved_note() == "No result of this run was stored yet; run the same command again to start over."
 
 
+def test_a_model_build_held_past_the_deadline_names_the_holder_not_course_home(tmp_path, monkeypatch):
+    """The tiny model's build lock held by another process: the waiting line, then the deadline's line, with no
+    advice to move COURSE_HOME (it is a folder that can be written)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from course_utils import models
+    from course_utils.common import lock_path
+
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    monkeypatch.setenv("COURSE_LOCK_TIMEOUT", "0.3")
+    target = tmp_path / "models" / f"tiny-llama-{models.tiny_fingerprint()}"
+    root = Path(__file__).resolve().parents[1]
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lock_path(target))], cwd=root,
+                              stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, _, err = run_cli(["estimate", "--model", "tiny"])
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    waiting, line = [x for x in err.splitlines() if x.strip()]
+    assert code == 2 and "Traceback" not in err and waiting.startswith("course: waiting for")
+    assert line.startswith("course: error: cannot build the model tiny-llama-") and "COURSE_HOME" not in line
+    assert f"held by pid {holder.pid} since " in line and "after 0.3 s" in line
+
+
 # --- 11. a hub that accepts connections and never answers ---------------------------------------------------------
 @pytest.fixture
 def silent_hub(monkeypatch):

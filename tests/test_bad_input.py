@@ -66,6 +66,7 @@ BAD_FIELDS = [
     ("torch_compile", 1), ("offload_activations", "false"), ("tf32", 0.0), ("optimizer", None), ("optimizer", 3),
     ("precision", None), ("lora_dropout", "0.1"), ("learning_rate", "2e-4"), ("micro_batch", "4"), ("seed", 1.5),
     ("lora_targets", (1, 2)), ("model", None), ("label", 7), ("max_seq_length", None), ("lora_r", 16.0),
+    ("steps", 2**31), ("micro_batch", 10**30), ("lora_r", 2**40), ("warmup_steps", 2**63), ("grad_accum", True),
 ]
 
 
@@ -75,6 +76,9 @@ def test_every_recipe_field_is_checked_for_type_and_range(name, value):
         Recipe(**{name: value})
     message = str(exc.value)
     assert message.startswith(f"{name} must ") and repr(value)[:20] in message and "\n" not in message
+    with pytest.raises(RecipeError) as again:  # a notebook's way: one knob changed on a recipe
+        Recipe().with_(**{name: value})
+    assert str(again.value) == message
 
 
 def test_one_table_holds_every_field_and_validate_reads_it():

@@ -18,7 +18,7 @@ from course_utils import machine
 from course_utils.machine import HardwareError, bitsandbytes_status, device_type, resolve_precision
 from course_utils.models import (PRESETS, TINY, TINY_CONFIG, is_preset, load_config, shipped_token_count,
                                  uses_shipped_data)
-from course_utils.recipe import Recipe, RecipeError
+from course_utils.recipe import LADDER_FIELDS, TECHNIQUES, Recipe, RecipeError, ladder, rungs_through
 
 def check_hardware(recipe: Recipe) -> str:
     """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
@@ -30,12 +30,11 @@ def check_hardware(recipe: Recipe) -> str:
                 f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
                 "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
             )
-    if recipe.offload_activations and device_type() != "cuda":
-        raise HardwareError(
-            "offload_activations=True moves saved activations from the GPU to CPU memory and back; "
-            f"this machine trains on {device_type()}, where they are in CPU memory already. "
-            "Set offload_activations=False here."
-        )
+    for t in TECHNIQUES:
+        field = t.fields[0]
+        if t.cuda_only and getattr(recipe, field) != t.default and device_type() != "cuda":
+            raise HardwareError(f"{field}={getattr(recipe, field)!r} {t.cuda_only}, which needs a CUDA GPU; this "
+                                f"machine trains on {device_type()}. Set {field}={t.default!r} here.")
     if recipe.tf32:
 
         cc = machine.compute_capability()
@@ -138,8 +137,6 @@ def check_data(recipe: Recipe) -> None:
 def check_machine(recipe: Recipe) -> str:
     """The rules that need this machine: precision, CUDA-only techniques, bitsandbytes, and GPU-sized
     presets on a CPU. Returns the resolved precision."""
-    pass  # (was: an import of names now defined here)
-
     precision = check_hardware(recipe)
     if device_type() == "cpu" and is_preset(recipe.model) and os.environ.get(BIG_ON_CPU_ENV) != "1":
         params = preset_params(recipe.model)
@@ -190,3 +187,30 @@ def check_runnable(recipe: Recipe) -> str:
     precision = check_machine(recipe)
     check_data(recipe)
     return precision
+
+
+def ladder_here(base: Recipe, through: str | None = None) -> tuple[list[Recipe], dict[int, str]]:
+    """The chapter's ladder from `base` (up to the rung named `through`, one of RUNG_NAMES) as it runs here, each
+    rung checked (check_runnable, once: run_ladder measures them without checking again), mixed precision
+    resolved, and {position: why} for the rungs that are then the same recipe as the rung above (on a CPU, mixed
+    precision is fp32, so that rung is the one before it)."""
+    asked = ladder(base)[:rungs_through(through)]
+    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
+    same = {i: _same_as_above(asked[i - 1], asked[i], device_type())
+            for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
+    for i, rung in enumerate(rungs):
+        if i not in same:
+            check_runnable(rung)
+    return rungs, same
+
+
+def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
+    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
+    changed = {f: getattr(rung, f) for f in LADDER_FIELDS if getattr(rung, f) != getattr(before, f)}
+    if changed.get("precision") == "auto":
+        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
+    if not changed:
+        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
+                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
+    said = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return f"its change ({said}) is already in the rung above: same recipe"

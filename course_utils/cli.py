@@ -69,9 +69,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
-    rungs, same = measure.ladder_here(base)
+    rungs, same = measure.ladder_here(base)  # each rung checked there
     results = measure_all(rungs, store=store, force=args.force, progress=not args.no_progress, isolate=True,
-                          skip=same, desc="ladder")
+                          skip=same, desc="ladder", checked=True)
     measured = results.measured
     env = measured[0].env
     print(f"\nDevice: {env['device']}; torch {env['versions']['torch']}, transformers "

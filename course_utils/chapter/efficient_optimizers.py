@@ -106,3 +106,9 @@ def closing_03(adamw: Measurement, eight: Measurement, paged: Measurement, full,
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("03_efficient_optimizers", "the optimizer that keeps the least state", _T03, _fig_03, _check_03,
              _solve_03, "the full fine-tune estimated with each of the chapter's optimizers, the least state kept")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ paged 8-bit AdamW", "+ accumulation (micro-batch 1)", "03-07",
+              "The optimizer is one string, `optim=`: `\"adamw_8bit\"` for 8-bit state, "
+              "`\"paged_adamw_8bit\"` for 8-bit state that can be paged out.")

@@ -89,3 +89,8 @@ def closing_02(before: Measurement, after: Measurement, reference) -> str:
 EXERCISE = Exercise("02_gradient_accumulation", "the largest micro-batch within a budget", _T02, _fig_02, _check_02,
              _solve_02, "every micro-batch that divides the effective batch estimated, the largest within "
                           "budget kept")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ accumulation (micro-batch 1)", "+ gradient checkpointing", "02-07",
+              "Accumulation is `per_device_train_batch_size` and `gradient_accumulation_steps`.")

@@ -102,3 +102,9 @@ def selective_table(name: str = "llama-3.1-8b.jsonl") -> Table:
                    r["tokens_per_s"], r["tokens_per_s"] / none[r["micro_batch"]]) for r in rows],
                  title=f"{first['model']}, {first['recipe']}, sequence {first['seq']}, {first['device']}: median of "
                        f"{first['repeats']} interleaved runs ({first['date'][:10]}, torch {first['env']['versions']['torch']})")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ gradient checkpointing", "baseline (LoRA, fp32)", "01-07",
+              "Checkpointing is two `SFTConfig` arguments. trl 1.16's `SFTConfig()` turns "
+              "it **on** by default, so a recipe without it must say `activation_checkpointing=False`.")

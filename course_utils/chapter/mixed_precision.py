@@ -94,3 +94,9 @@ def closing_04(before: Measurement, after: Measurement, reference) -> str:
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("04_mixed_precision", "a precision a free T4 runs", _T04, _fig_04, _check_04, _solve_04,
              "precision='auto': the estimator resolves it to fp16 for a T4", hardware="t4")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ mixed precision", "+ paged 8-bit AdamW", "04-09",
+              "Mixed precision is the weights' `dtype` and `bf16=True` (on a T4, which has no bf16: "
+              "`fp16=True`, with `dtype=torch.float16`).")

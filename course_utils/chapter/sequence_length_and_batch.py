@@ -81,3 +81,10 @@ def closing_06(no: list, yes: list) -> str:
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("06_sequence_length_and_batch", "the longest sequence in the same memory", _T06, _fig_06,
              _check_06, _solve_06, "a bisection over the sequence lengths, each estimated")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ shorter sequences", "+ 4-bit QLoRA (NF4, double quant)", "06-09",
+              "The ladder's rung for this notebook: the sequence length is `max_length` (the "
+              "source chapter's `max_seq_length` was renamed in trl), and the micro-batch "
+              "`per_device_train_batch_size`.")

@@ -81,3 +81,9 @@ def closing_00(baseline: Measurement, full: Measurement, reference, model: str) 
 EXERCISE = Exercise("00_where_memory_goes", "what grows with the model, what with the tokens", _T00, _fig_00,
              _check_00, _solve_00, "a full fine-tune, then the micro-batch halved (then the sequence) until "
                                        "the model's part is the larger")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "baseline (LoRA, fp32)", None, "00-11",
+              "The baseline you just measured, as your own training script writes it, with the lines "
+              "that read the GPU's peak memory around `trainer.train()`.")

@@ -125,11 +125,11 @@ class Results(list):
         """{position: why} for the recipes that were not measured."""
         return {i: o.skipped for i, o in enumerate(self) if o.measurement is None}
 
-    def table(self):
-        """results.results_table of every recipe, in order: a skipped one is a row with its reason."""
-
-        return results_table(self.measured, {self[i].label: why for i, why in self.skipped.items()},
-                             order=[o.label for o in self])
+    def table(self, measured: list[Measurement] | None = None):
+        """results.results_table of every recipe, in order: a skipped one is a row with its reason. measured: the
+        measured ones as they are now (timed again by time_again), in place of the first measurements."""
+        return results_table(self.measured if measured is None else measured,
+                             {self[i].label: why for i, why in self.skipped.items()}, order=[o.label for o in self])
 
 
 def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,

@@ -10,6 +10,7 @@ is refused with the same one-line message everywhere, before anything is built.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -23,26 +24,12 @@ from course_utils.recipe import LADDER_FIELDS, TECHNIQUES, Recipe, RecipeError, 
 def check_hardware(recipe: Recipe) -> str:
     """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
     precision = resolve_precision(recipe.precision)
-    if recipe.liger_kernels:
-        usable, why = liger_status()
-        if not usable:
-            raise HardwareError(
-                f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
-                "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
-            )
-    for t in TECHNIQUES:
+    for t in TECHNIQUES:  # the CUDA-only techniques, each by its row (cuda_only, min_cc, package)
         field = t.fields[0]
-        if t.cuda_only and getattr(recipe, field) != t.default and device_type() != "cuda":
-            raise HardwareError(f"{field}={getattr(recipe, field)!r} {t.cuda_only}, which needs a CUDA GPU; this "
-                                f"machine trains on {device_type()}. Set {field}={t.default!r} here.")
-    if recipe.tf32:
-
-        cc = machine.compute_capability()
-        if cc is None or cc < (8, 0):
-            where = f"{machine.device_name()} (compute capability {cc[0]}.{cc[1]})" if cc else device_type()
-            raise HardwareError(
-                f"tf32=True runs fp32 matmuls on TF32 tensor cores, which NVIDIA GPUs have from compute capability "
-                f"8.0 (Ampere: A100, RTX 30xx, L4) on; this machine trains on {where}. Set tf32=False here.")
+        why = _cannot_run(t) if t.cuda_only and getattr(recipe, field) != t.default else ""
+        if why:
+            raise HardwareError(f"{field}={getattr(recipe, field)!r} {t.cuda_only}, which needs {why}. "
+                                f"Set {field}={t.default!r} here.")
     if recipe.uses_bitsandbytes:
         usable, why = bitsandbytes_status()
         if not usable:
@@ -55,17 +42,17 @@ def check_hardware(recipe: Recipe) -> str:
     return precision
 
 
-def liger_status() -> tuple[bool, str]:
-    """(usable, why not): Liger kernels need liger-kernel, Triton and a CUDA GPU."""
-    import importlib.util
-
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "there is no CUDA GPU (Triton kernels)"
-    if importlib.util.find_spec("liger_kernel") is None:
-        return False, "liger-kernel is not installed (pip install liger-kernel)"
-    return True, ""
+def _cannot_run(t) -> str:
+    """What a CUDA-only technique needs that this machine lacks ("" when it can run here)."""
+    if device_type() != "cuda":
+        return f"a CUDA GPU; this machine trains on {device_type()}"
+    cc = machine.compute_capability()
+    if t.min_cc and cc is not None and cc < t.min_cc:
+        return (f"an NVIDIA GPU of compute capability {t.min_cc[0]}.{t.min_cc[1]} or later; this machine trains on "
+                f"{machine.device_name()} (compute capability {cc[0]}.{cc[1]})")
+    if t.package and importlib.util.find_spec(t.package) is None:
+        return f"{t.package}, which is not installed (pip install {t.package.replace('_', '-')})"
+    return ""
 
 BIG_ON_CPU_ENV = "COURSE_CPU_BIG_MODELS"  # set to 1 to train a preset over CPU_PARAM_LIMIT on a CPU anyway
 CPU_PARAM_LIMIT = 1_000_000_000  # presets above this are GPU presets (fp32 on 2 cores: hours per step)

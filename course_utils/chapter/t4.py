@@ -32,8 +32,10 @@ from course_utils.show.tables import wrap
 
 RECORDS = shipped("reference", "t4", "t4-check.jsonl")
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
-NO_RECORD = {"11_more_than_one_gpu": "it needs two GPUs (Kaggle's 2 x T4), and the T4 check runs each notebook on "
-                                    "one virtual T4; no record was made, and none is invented"}
+NO_RECORD = {"11_more_than_one_gpu": "its runs need two GPUs (Kaggle's 2 x T4), and the T4 check runs each notebook "
+                                    "on one virtual T4, where they are skipped (the check of 2026-12-03 19:03 ran its "
+                                    "estimates, exercise and quiz through: scripts/gpu/logs/t4-20261203-1903); no "
+                                    "record of a run was made, and none is invented"}
 # Notebooks made by splitting 07 and 08 (issue 30) that the T4 check has not run yet: no record, and none is invented
 # (the records of 08_beyond_the_recipe stay as shipped, under the name of the notebook they ran). The lead runs
 # `python scripts/gpu/t4_check.py --notebooks 07,08,09,10` on a GPU, ships the records and empties this.

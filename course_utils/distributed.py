@@ -42,7 +42,7 @@ from course_utils.launch import (CHILD_ERRORS, MeasurementError, TEMP_PREFIXES, 
 from course_utils.machine import HardwareError, rank_info
 from course_utils.recipe import Recipe, RecipeError
 from course_utils.results import (Measurement, ResultStore, STRATEGIES as _STORED_STRATEGIES, default_store,
-                                  environment, read_back_line)
+                                  environment)
 from course_utils.show.tables import Column, Table
 
 STRATEGIES = tuple(s for s in _STORED_STRATEGIES if s)  # ("ddp", "fsdp", "fsdp_offload")

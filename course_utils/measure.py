@@ -25,8 +25,8 @@ from course_utils.launch import (TEMP_PREFIXES, MeasurementError, _does_not_fit,
                                  _read_child_result, child_env, relay, temp_folder)
 from course_utils.machine import resolve_precision
 from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, ladder
-from course_utils.results import Measurement, ResultStore, default_store, environment, read_back_line
-from course_utils.show.report import results_table
+from course_utils.results import Measurement, ResultStore, default_store, environment
+from course_utils.show.report import read_back_line, results_table
 
 # ---------------------------------------------------------------------------------------------
 # parent side

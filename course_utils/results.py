@@ -46,7 +46,6 @@ class Environment(Machine):
 def course_versions() -> dict[str, str]:
     """The course's part of an environment's versions: what makes stored results stop matching when the
     course's own measuring, or the tiny model it trains, changes."""
-
     return {"course_utils": __version__, "measurement_method": str(MEASUREMENT_METHOD), "tiny_model": tiny_fingerprint()}
 
 
@@ -118,28 +117,19 @@ class Measurement:
 
     @property
     def noisy(self) -> bool:
-        """True when tokens/s cannot be trusted (noisy_reasons says why): such a speed is marked in tables and
-        figures, and the store does not reuse it (measure() measures the recipe again). Results stored before
-        the timing was recorded are not marked."""
+        """True when tokens/s cannot be trusted (noisy_reasons): marked in tables and figures, never reused."""
         return bool(self.noisy_reasons)
 
     @property
     def noisy_reasons(self) -> list[str]:
-        """Why this speed cannot be trusted, in a learner's words (empty when it can): the timed steps differed by
-        more than NOISY_SPREAD of their median; (on a CPU) the process got less than NOISY_CPU_SHARE of its
-        cores' time, the machine being busy with something else; the speed came from a single timed step; or
-        another measuring process ran on the same machine meanwhile (timing's 'others', course_utils.guards)."""
-        spread, share = self.timing.get("spread"), self.timing.get("cpu_share")
-        reasons = []
-        if self.timing.get("timed_steps") == 1:  # one timed step: nothing says it was a typical one
-            reasons.append("timed on one step only")
-        if self.timing.get("others", 0) > 0:  # another measurement ran on this machine at the same time
-            reasons.append("another measurement ran on this machine at the same time")
-        if spread is not None and spread > NOISY_SPREAD:
-            reasons.append(f"its timed steps differed a lot (by {spread:.0%} of their median)")
-        if share is not None and share < NOISY_CPU_SHARE:
-            reasons.append(f"the machine was busy (this run got {share:.0%} of its CPU cores)")
-        return reasons
+        """Why tokens/s cannot be trusted, in a learner's words ([] if it can be, or predates timing): one timed step,
+        another measurement beside it (guards), a step spread over NOISY_SPREAD, a CPU share under NOISY_CPU_SHARE."""
+        t, spread, share = self.timing, self.timing.get("spread") or 0.0, self.timing.get("cpu_share")
+        return ((["timed on one step only"] if t.get("timed_steps") == 1 else [])
+                + (["another measurement ran on this machine at the same time"] if t.get("others", 0) > 0 else [])
+                + ([f"its timed steps differed a lot, by {spread:.0%} of their median"] if spread > NOISY_SPREAD else [])
+                + ([f"the machine was busy: this run got {share:.0%} of its CPU cores"]
+                   if share is not None and share < NOISY_CPU_SHARE else []))
 
     @property
     def speed_spread(self) -> float | None:
@@ -433,7 +423,6 @@ def _rescue(line: bytes, store: Path) -> str:
 
 def default_store() -> ResultStore:
     """The learner's store: $COURSE_HOME/results.jsonl."""
-
     return ResultStore(course_home() / "results.jsonl")
 
 
@@ -475,13 +464,6 @@ def measured_on(m: Measurement) -> str:
     except (TypeError, ValueError):
         return m.date or "an unknown date"
     return when.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def read_back_line(m: Measurement) -> str:
-    """The line that says a measurement was read back from the results store instead of measured now, and when it
-    was measured (what measure() prints for it while the ladder or a notebook runs)."""
-    return (f"{m.label}: read back from your results store, measured {measured_on(m)} (not measured now; "
-            "force=True or course run --force measures it again)")
 
 
 def from_store_note(measurements: list[Measurement]) -> str | None:

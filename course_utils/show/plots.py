@@ -290,7 +290,7 @@ def _notes(panel: _Panel) -> str:
     """What the panel's markers other than its series' own mean, where it has any: a hollow one is a speed not to
     be trusted (and why), a diamond a point that is not a step of the path; and which points were read back from
     the results store, with their date."""
-    reasons = sorted({r.split(" (")[0] for s in panel.series for _, m in s.points if m.noisy
+    reasons = sorted({r.split(",")[0].split(":")[0] for s in panel.series for _, m in s.points if m.noisy
                       for r in m.noisy_reasons or ["its timing was unsteady"]})
     apart = any(s.apart for s in panel.series)
     spread = any(m.speed_spread is not None for s in panel.series for _, m in s.points)

@@ -8,7 +8,7 @@ from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
 from course_utils.recipe import RUNG_NAMES
-from course_utils.results import Measurement, from_store_note
+from course_utils.results import Measurement, from_store_note, measured_on
 from course_utils.show.speeds import speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
@@ -89,6 +89,13 @@ def noisy_note(noisy: list[Measurement]) -> str:
     why = "; ".join(f"{m.label} ({', '.join(m.noisy_reasons) or 'its timing was unsteady'})" for m in noisy)
     return (f"{NOISY_MARK}: a speed not to be trusted, and not reused from your results store: {why}. Measure it "
             "again (course run --force) before comparing it.")
+
+
+def read_back_line(m: Measurement) -> str:
+    """The line that says a measurement was read back from the results store instead of measured now, and when it
+    was measured (what measure() prints for it while the ladder or a notebook runs)."""
+    return (f"{m.label}: read back from your results store, measured {measured_on(m)} (not measured now; "
+            "force=True or course run --force measures it again)")
 
 
 def format_table(measurements: list[Measurement], skipped: dict[str, str] | None = None) -> str:

@@ -471,7 +471,7 @@ def from_store_note(measurements: list[Measurement]) -> str | None:
     in this run, with the date each was measured; None when all were measured now."""
     read_back: dict[str, list[str]] = {}
     for m in measurements:
-        if m.cached and m.source == "measured here":
+        if getattr(m, "cached", False) and m.source == "measured here":  # (a stand-in without the flag: not)
             read_back.setdefault(measured_on(m), []).append(m.label)
     if not read_back:
         return None

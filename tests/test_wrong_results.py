@@ -209,3 +209,49 @@ def test_a_step_of_several_processes_beyond_the_data_is_refused_up_front(tiny_mo
     message = str(exc.value)
     assert f"2 processes x micro_batch 4 x grad_accum {blocks // 4} = {2 * 4 * (blocks // 4)} sequences" in message
     assert f"at most {blocks}" in message and "\n" not in message
+
+
+def closings(stored: Measurement, now: Measurement) -> dict[str, str]:
+    """Every notebook's closing text over a pair (or the lists) of this run's measurements; stand-ins for the shipped
+    reference points (a closing reads only their figures and labels)."""
+    from course_utils.chapter.complete_recipe import closing_07
+    from course_utils.chapter.efficient_optimizers import closing_03
+    from course_utils.chapter.gradient_accumulation import closing_02
+    from course_utils.chapter.gradient_checkpointing import closing_01
+    from course_utils.chapter.mixed_precision import closing_04
+    from course_utils.chapter.qlora_4bit import closing_05
+    from course_utils.chapter.sequence_length_and_batch import closing_06
+    from course_utils.chapter.where_memory_goes import closing_00
+
+    def ref(label="reference"):
+        m = make(label)
+        m.cuda_max_reserved = 40 * MiB
+        return m
+
+    bf16 = make("bf16", timing=now.timing)
+    bf16.precision, stored.precision = "bf16", "fp32"
+    bf16.cached = now.cached
+    return {
+        "00": closing_00(stored, now, (ref(), ref()), "tiny"),
+        "01": closing_01(stored, now, (ref(), ref()), "tiny"),
+        "02": closing_02(stored, now, (ref(), ref(), ref())),
+        "03": closing_03(stored, now, now, (now, now), (ref(), ref(), ref())),
+        "04": closing_04(stored, bf16, (ref(), ref())),
+        "05": closing_05(stored, now, (ref(), ref())),
+        "06": closing_06([stored, now], [now, now]),
+        "07": closing_07(stored, now, [ref("source chapter recipe (QLoRA 1x16)"), ref("QLoRA 16x1")], "tiny"),
+    }
+
+
+def test_every_closing_says_which_figures_were_read_back_from_the_store_and_when():
+    stored = make("from before", date="2026-12-01T08:30:00+00:00")
+    stored.cached = True
+    now = make("measured now")
+    for notebook, text in closings(stored, now).items():
+        flat = " ".join(text.split())
+        assert "From the store, not measured in this run: from before (measured 2026-12-01 08:30 UTC)" in flat, (
+            notebook, text)
+        assert "measured now (measured" not in flat, notebook
+    stored.cached = False
+    for notebook, text in closings(stored, now).items():
+        assert "From the store" not in text, notebook

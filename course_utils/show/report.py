@@ -91,6 +91,13 @@ def noisy_note(noisy: list[Measurement]) -> str:
             "again (course run --force) before comparing it.")
 
 
+def dated(text: str, *measurements: Measurement) -> str:
+    """A closing's sentence on this run's figures, followed by which of them were read back from the results store
+    and when they were measured (from_store_note), when any were."""
+    stored = from_store_note(list(measurements))
+    return wrap(f"{text} {stored}") if stored else text
+
+
 def read_back_line(m: Measurement) -> str:
     """The line that says a measurement was read back from the results store instead of measured now, and when it
     was measured (what measure() prints for it while the ladder or a notebook runs)."""

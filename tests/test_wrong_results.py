@@ -147,14 +147,17 @@ def test_the_figure_says_why_a_point_is_hollow_and_which_points_came_from_the_st
     first = make("baseline (LoRA, fp32)", date="2026-11-29T10:00:00+00:00")
     first.cached = True  # read back from the store
     second = make("+ gradient checkpointing", gradient_checkpointing=True, timing={"timed_steps": 1})
-    fig = ladder_figure([first, second])
+    third = make("+ accumulation (micro-batch 1)", gradient_checkpointing=True, micro_batch=1, grad_accum=4,
+                 date="2026-12-03T18:40:00+00:00")
+    third.cached = True
+    fig = ladder_figure([first, second, third])
     try:
         text = figure_texts(fig)
     finally:
         plt.close(fig)
     assert "hollow: a speed not to be trusted (timed on one step only)" in text
-    assert "1: read back from your store, not measured now (measured 2026-11-29 10:00 UTC)" in text
-    assert "2: read back" not in text
+    assert ("read back from your store, not measured now: 1, 3 (measured 2026-11-29 10:00 UTC to 2026-12-03 18:40 "
+            "UTC)") in text
 
 
 def test_a_measuring_process_is_registered_while_it_builds(tmp_path, monkeypatch):
@@ -186,8 +189,7 @@ def test_measure_says_what_it_read_back_from_the_store_and_when(tmp_path, no_tra
     with contextlib.redirect_stdout(out):
         got = measure_mod.measure(recipe, store=store, isolate=False, progress=True)
     assert got.cached and not no_training
-    assert out.getvalue().strip() == ("asked: read back from your results store, measured 2026-12-03 18:40 UTC (not "
-                                      "measured now; force=True or course run --force measures it again)")
+    assert out.getvalue().strip() == "asked: read back from your results store (measured 2026-12-03 18:40 UTC), not measured now"
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         measure_mod.measure(recipe, store=store, isolate=False, progress=False)

@@ -301,15 +301,26 @@ def _notes(panel: _Panel) -> str:
 
 
 def _from_store(panel: _Panel) -> list[str]:
-    """Which of the panel's points were read back from the results store, not measured in this run, with the date
-    each was measured: ['1, 2: read back from your store, not measured now (measured 2026-12-03 19:09 UTC)'], or []."""
-    read_back: dict[str, list[int]] = {}
-    for s in panel.series:
-        for i, m in s.points:
-            if m.cached and m.source == "measured here":
-                read_back.setdefault(measured_on(m), []).append(i)
-    return [f"{', '.join(map(str, ids))}: read back from your store, not measured now (measured {when})"
-            for when, ids in read_back.items()]
+    """Which of the panel's points were read back from the results store, not measured in this run, and when they
+    were measured: ['read back from your store, not measured now: 1-4 (measured 2026-12-03 19:09 UTC to ...)']."""
+    found = {int(i): measured_on(m) for s in panel.series if s.path for i, m in s.points  # this run's numbered points
+             if m.cached and m.source == "measured here"}
+    if not found:
+        return []
+    dates = sorted(set(found.values()))
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return [f"read back from your store, not measured now: {_ranges(sorted(found))} (measured {when})"]
+
+
+def _ranges(ids: list[int]) -> str:
+    """'1-4, 6' for [1, 2, 3, 4, 6]."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _misfits(panel: _Panel) -> str:

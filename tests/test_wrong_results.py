@@ -189,7 +189,7 @@ def test_measure_says_what_it_read_back_from_the_store_and_when(tmp_path, no_tra
     with contextlib.redirect_stdout(out):
         got = measure_mod.measure(recipe, store=store, isolate=False, progress=True)
     assert got.cached and not no_training
-    assert out.getvalue().strip() == "asked: read back from your results store (measured 2026-12-03 18:40 UTC), not measured now"
+    assert out.getvalue().strip() == "asked: read back from your store, measured 2026-12-03 18:40 UTC"
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         measure_mod.measure(recipe, store=store, isolate=False, progress=False)

@@ -101,7 +101,7 @@ def dated(text: str, *measurements: Measurement) -> str:
 def read_back_line(m: Measurement) -> str:
     """The line that says a measurement was read back from the results store instead of measured now, and when it
     was measured (what measure() prints for it while the ladder or a notebook runs)."""
-    return wrap(f"{m.label}: read back from your results store (measured {measured_on(m)}), not measured now")
+    return wrap(f"{m.label}: read back from your store, measured {measured_on(m)}")
 
 
 def format_table(measurements: list[Measurement], skipped: dict[str, str] | None = None) -> str:

@@ -155,7 +155,7 @@ def check_learning_rate(recipe: Recipe) -> None:
     too short to show it, would have collapsed a step later), which is no result."""
     if recipe.learning_rate > MAX_LEARNING_RATE:
         raise RecipeError(
-            f"learning_rate={recipe.learning_rate:g} cannot train: AdamW moves each weight by about the learning rate "
+            f"learning_rate={recipe.learning_rate:g} cannot train: AdamW (8-bit too) moves each weight by about the rate "
             f"per step, and above {MAX_LEARNING_RATE:g} the loss collapses to 0.0 within a few steps (the tiny model: "
             "lr 3 and 10 at step 4). Try a smaller learning rate such as 1e-3 (course run --lr 1e-3; the chapter "
             "uses 2e-4).")

@@ -99,9 +99,11 @@ def check_positions(model: str, seq: int, positions: int | None = None) -> None:
             f"positions (max_position_embeddings). Use max_seq_length <= {positions:,}.")
 
 
-def check_data(recipe: Recipe) -> None:
+def check_data(recipe: Recipe, world: int = 1) -> None:
     """One micro-batch must come from the data: the shipped records packed into sequences of
-    max_seq_length tokens. (An upper bound is enough to refuse here; build checks the packed count.)"""
+    max_seq_length tokens, and so must one optimizer step (micro_batch x grad_accum sequences on each of the
+    `world` processes that train together). (An upper bound is enough to refuse here; build checks the packed
+    count.)"""
     if not uses_shipped_data(recipe.model):
         return
 
@@ -119,6 +121,30 @@ def check_data(recipe: Recipe) -> None:
             f"sequences of {recipe.max_seq_length} tokens per optimizer step, but the shipped data packs into at "
             f"most {blocks} ({tokens:,} tokens). Use micro_batch x grad_accum <= {blocks}, or a shorter "
             "max_seq_length.")
+    if recipe.effective_batch * world > blocks:  # each of the processes reads its own share of every step
+        raise RecipeError(
+            f"{world} processes x micro_batch {recipe.micro_batch} x grad_accum {recipe.grad_accum} = "
+            f"{recipe.effective_batch * world} sequences of {recipe.max_seq_length} tokens per optimizer step, but "
+            f"the shipped data packs into at most {blocks} ({tokens:,} tokens). Use gpus x micro_batch x grad_accum "
+            f"<= {blocks}, or a shorter max_seq_length.")
+
+
+# Above this learning rate a run cannot train (issue 32): Adam-type optimizers move every weight by about the learning
+# rate each step, so the weights outgrow themselves within a step or two. On the tiny model (`course run`'s ladder base,
+# 6 steps) lr 3 and 10 collapsed the loss to 0.0 at step 4, 1e6 at step 3, 1e30 at step 2, while lr 1, 0.5 and 0.2 did
+# not collapse; a run of 2 or 3 steps ends before the collapse shows and was stored as a result.
+MAX_LEARNING_RATE = 1.0
+
+
+def check_learning_rate(recipe: Recipe) -> None:
+    """A learning rate above MAX_LEARNING_RATE is refused before anything trains: its loss collapses (or, in a run
+    too short to show it, would have collapsed a step later), which is no result."""
+    if recipe.learning_rate > MAX_LEARNING_RATE:
+        raise RecipeError(
+            f"learning_rate={recipe.learning_rate:g} cannot train: AdamW (8-bit too) moves each weight by about the rate "
+            f"per step, and above {MAX_LEARNING_RATE:g} the loss collapses to 0.0 within a few steps (the tiny model: "
+            "lr 3 and 10 at step 4). Try a smaller learning rate such as 1e-3 (course run --lr 1e-3; the chapter "
+            "uses 2e-4).")
 
 
 def check_machine(recipe: Recipe) -> str:
@@ -171,6 +197,7 @@ def check_runnable(recipe: Recipe) -> str:
     (The recipe's own rules are not checked again: a Recipe validates itself when it is made.)"""
     check_model(recipe)
     check_targets(recipe)
+    check_learning_rate(recipe)
     precision = check_machine(recipe)
     check_data(recipe)
     return precision

@@ -26,7 +26,7 @@ from course_utils.launch import (TEMP_PREFIXES, MeasurementError, _does_not_fit,
 from course_utils.checks import _same_as_above, ladder_here  # noqa: F401  (notebooks 01-05 import it here)
 from course_utils.recipe import RungError, Recipe, rungs_through
 from course_utils.results import Measurement, ResultStore, default_store, environment
-from course_utils.show.report import results_table
+from course_utils.show.report import read_back_line, results_table
 
 # ---------------------------------------------------------------------------------------------
 # parent side
@@ -57,7 +57,10 @@ def measure(
         found = store.find(recipe, env.key)
         if found is not None and not found.noisy:  # a speed from a busy machine is measured again
             found.cached = True
-            return _as_asked(found, recipe)
+            found = _as_asked(found, recipe)
+            if progress:  # what is read back says so, with the date it was measured
+                _say(read_back_line(found))
+            return found
     if not checked:
         checks.check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
     if budget_gib is None:
@@ -69,6 +72,13 @@ def measure(
     if budget_gib is None:
         store.add(result)
     return _as_asked(result, recipe)
+
+
+def _say(line: str) -> None:
+    """One line beside the progress bars (tqdm.write: a terminal's bar is redrawn under it)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line)
 
 
 def _as_asked(m: Measurement, recipe: Recipe) -> Measurement:

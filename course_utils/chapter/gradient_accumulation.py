@@ -12,7 +12,7 @@ from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import Measurement
 from course_utils.show.speeds import speed_words
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import wrap
 
 # --- 02: the largest micro-batch within a budget, at the chapter's sequences per step ---------------------
@@ -77,6 +77,7 @@ def closing_02(before: Measurement, after: Measurement, reference) -> str:
         f"of {before.recipe['micro_batch']} x {before.recipe['grad_accum']} (same {after.recipe_obj.effective_batch} "
         f"sequences per step) took the peak from {before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB "
         f"({after.peak_bytes / before.peak_bytes - 1:+.0%}), {speed_words(before, after)}.")
+    here = here if skip else dated(here, before, after)  # figures read back from the store say so, with their date
     big, mid, small = reference
     return _joined(here, f"Reference (Llama-3.1-8B QLoRA, H200): 16x1 {big.peak_gib:.1f} GiB at "
                    f"{big.tokens_per_s:,.0f} tokens/s; 4x4 {mid.peak_gib:.1f} GiB at {mid.tokens_per_s:,.0f}; "

@@ -10,6 +10,7 @@ is refused with the same one-line message everywhere, before anything is built.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -18,32 +19,17 @@ from course_utils import machine
 from course_utils.machine import HardwareError, bitsandbytes_status, device_type, resolve_precision
 from course_utils.models import (PRESETS, TINY, TINY_CONFIG, is_preset, load_config, shipped_token_count,
                                  uses_shipped_data)
-from course_utils.recipe import Recipe, RecipeError
+from course_utils.recipe import LADDER_FIELDS, TECHNIQUES, Recipe, RecipeError, ladder, rungs_through
 
 def check_hardware(recipe: Recipe) -> str:
     """Fail early, with advice, when the recipe asks for what this machine cannot do. Returns the precision."""
     precision = resolve_precision(recipe.precision)
-    if recipe.liger_kernels:
-        usable, why = liger_status()
-        if not usable:
-            raise HardwareError(
-                f"liger_kernels=True needs Liger's Triton kernels, which cannot run here: {why}. "
-                "They are a CUDA-GPU technique; set liger_kernels=False on this machine."
-            )
-    if recipe.offload_activations and device_type() != "cuda":
-        raise HardwareError(
-            "offload_activations=True moves saved activations from the GPU to CPU memory and back; "
-            f"this machine trains on {device_type()}, where they are in CPU memory already. "
-            "Set offload_activations=False here."
-        )
-    if recipe.tf32:
-
-        cc = machine.compute_capability()
-        if cc is None or cc < (8, 0):
-            where = f"{machine.device_name()} (compute capability {cc[0]}.{cc[1]})" if cc else device_type()
-            raise HardwareError(
-                f"tf32=True runs fp32 matmuls on TF32 tensor cores, which NVIDIA GPUs have from compute capability "
-                f"8.0 (Ampere: A100, RTX 30xx, L4) on; this machine trains on {where}. Set tf32=False here.")
+    for t in TECHNIQUES:  # the CUDA-only techniques, each by its row (cuda_only, min_cc, package)
+        field = t.fields[0]
+        why = _cannot_run(t) if t.cuda_only and getattr(recipe, field) != t.default else ""
+        if why:
+            raise HardwareError(f"{field}={getattr(recipe, field)!r} {t.cuda_only}, which needs {why}. "
+                                f"Set {field}={t.default!r} here.")
     if recipe.uses_bitsandbytes:
         usable, why = bitsandbytes_status()
         if not usable:
@@ -56,17 +42,17 @@ def check_hardware(recipe: Recipe) -> str:
     return precision
 
 
-def liger_status() -> tuple[bool, str]:
-    """(usable, why not): Liger kernels need liger-kernel, Triton and a CUDA GPU."""
-    import importlib.util
-
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "there is no CUDA GPU (Triton kernels)"
-    if importlib.util.find_spec("liger_kernel") is None:
-        return False, "liger-kernel is not installed (pip install liger-kernel)"
-    return True, ""
+def _cannot_run(t) -> str:
+    """What a CUDA-only technique needs that this machine lacks ("" when it can run here)."""
+    if device_type() != "cuda":
+        return f"a CUDA GPU; this machine trains on {device_type()}"
+    cc = machine.compute_capability()
+    if t.min_cc and cc is not None and cc < t.min_cc:
+        return (f"an NVIDIA GPU of compute capability {t.min_cc[0]}.{t.min_cc[1]} or later; this machine trains on "
+                f"{machine.device_name()} (compute capability {cc[0]}.{cc[1]})")
+    if t.package and importlib.util.find_spec(t.package) is None:
+        return f"{t.package}, which is not installed (pip install {t.package.replace('_', '-')})"
+    return ""
 
 BIG_ON_CPU_ENV = "COURSE_CPU_BIG_MODELS"  # set to 1 to train a preset over CPU_PARAM_LIMIT on a CPU anyway
 CPU_PARAM_LIMIT = 1_000_000_000  # presets above this are GPU presets (fp32 on 2 cores: hours per step)
@@ -113,9 +99,11 @@ def check_positions(model: str, seq: int, positions: int | None = None) -> None:
             f"positions (max_position_embeddings). Use max_seq_length <= {positions:,}.")
 
 
-def check_data(recipe: Recipe) -> None:
+def check_data(recipe: Recipe, world: int = 1) -> None:
     """One micro-batch must come from the data: the shipped records packed into sequences of
-    max_seq_length tokens. (An upper bound is enough to refuse here; build checks the packed count.)"""
+    max_seq_length tokens, and so must one optimizer step (micro_batch x grad_accum sequences on each of the
+    `world` processes that train together). (An upper bound is enough to refuse here; build checks the packed
+    count.)"""
     if not uses_shipped_data(recipe.model):
         return
 
@@ -133,13 +121,35 @@ def check_data(recipe: Recipe) -> None:
             f"sequences of {recipe.max_seq_length} tokens per optimizer step, but the shipped data packs into at "
             f"most {blocks} ({tokens:,} tokens). Use micro_batch x grad_accum <= {blocks}, or a shorter "
             "max_seq_length.")
+    if recipe.effective_batch * world > blocks:  # each of the processes reads its own share of every step
+        raise RecipeError(
+            f"{world} processes x micro_batch {recipe.micro_batch} x grad_accum {recipe.grad_accum} = "
+            f"{recipe.effective_batch * world} sequences of {recipe.max_seq_length} tokens per optimizer step, but "
+            f"the shipped data packs into at most {blocks} ({tokens:,} tokens). Use gpus x micro_batch x grad_accum "
+            f"<= {blocks}, or a shorter max_seq_length.")
+
+
+# Above this learning rate a run cannot train (issue 32): Adam-type optimizers move every weight by about the learning
+# rate each step, so the weights outgrow themselves within a step or two. On the tiny model (`course run`'s ladder base,
+# 6 steps) lr 3 and 10 collapsed the loss to 0.0 at step 4, 1e6 at step 3, 1e30 at step 2, while lr 1, 0.5 and 0.2 did
+# not collapse; a run of 2 or 3 steps ends before the collapse shows and was stored as a result.
+MAX_LEARNING_RATE = 1.0
+
+
+def check_learning_rate(recipe: Recipe) -> None:
+    """A learning rate above MAX_LEARNING_RATE is refused before anything trains: its loss collapses (or, in a run
+    too short to show it, would have collapsed a step later), which is no result."""
+    if recipe.learning_rate > MAX_LEARNING_RATE:
+        raise RecipeError(
+            f"learning_rate={recipe.learning_rate:g} cannot train: AdamW (8-bit too) moves each weight by about the rate "
+            f"per step, and above {MAX_LEARNING_RATE:g} the loss collapses to 0.0 within a few steps (the tiny model: "
+            "lr 3 and 10 at step 4). Try a smaller learning rate such as 1e-3 (course run --lr 1e-3; the chapter "
+            "uses 2e-4).")
 
 
 def check_machine(recipe: Recipe) -> str:
     """The rules that need this machine: precision, CUDA-only techniques, bitsandbytes, and GPU-sized
     presets on a CPU. Returns the resolved precision."""
-    pass  # (was: an import of names now defined here)
-
     precision = check_hardware(recipe)
     if device_type() == "cpu" and is_preset(recipe.model) and os.environ.get(BIG_ON_CPU_ENV) != "1":
         params = preset_params(recipe.model)
@@ -187,6 +197,34 @@ def check_runnable(recipe: Recipe) -> str:
     (The recipe's own rules are not checked again: a Recipe validates itself when it is made.)"""
     check_model(recipe)
     check_targets(recipe)
+    check_learning_rate(recipe)
     precision = check_machine(recipe)
     check_data(recipe)
     return precision
+
+
+def ladder_here(base: Recipe, through: str | None = None) -> tuple[list[Recipe], dict[int, str]]:
+    """The chapter's ladder from `base` (up to the rung named `through`, one of RUNG_NAMES) as it runs here, each
+    rung checked (check_runnable, once: run_ladder measures them without checking again), mixed precision
+    resolved, and {position: why} for the rungs that are then the same recipe as the rung above (on a CPU, mixed
+    precision is fp32, so that rung is the one before it)."""
+    asked = ladder(base)[:rungs_through(through)]
+    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
+    same = {i: _same_as_above(asked[i - 1], asked[i], device_type())
+            for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
+    for i, rung in enumerate(rungs):
+        if i not in same:
+            check_runnable(rung)
+    return rungs, same
+
+
+def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
+    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
+    changed = {f: getattr(rung, f) for f in LADDER_FIELDS if getattr(rung, f) != getattr(before, f)}
+    if changed.get("precision") == "auto":
+        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
+    if not changed:
+        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
+                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
+    said = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return f"its change ({said}) is already in the rung above: same recipe"

@@ -52,8 +52,8 @@ def check_sane(recipe: Recipe, probe) -> None:
     problem = loss_problem(probe.losses)
     if problem:
         raise MeasurementError(
-            f"{recipe.name!r} did not train: {problem}; nothing was stored. Lower learning_rate (now "
-            f"{recipe.learning_rate}; the chapter uses 2e-4) and measure it again.")
+            f"{recipe.name!r} did not train: with learning_rate={recipe.learning_rate:g}, {problem}; nothing was "
+            "stored. Try a smaller learning rate such as 1e-3 (course run --lr 1e-3; the chapter uses 2e-4).")
 
 
 def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=False, on_built=None,
@@ -64,7 +64,8 @@ def run_here(recipe: Recipe, budget_gib: float | None = None, report_progress=Fa
     (distributed.py's ranks add their callbacks and hooks there, and keep the trainer to save the adapter).
     checked=True: checks.check_runnable ran on it in this process (build checks nothing again)."""
     try:
-        return _run_here(recipe, budget_gib, report_progress, on_built, checked)
+        with measuring():  # from the build on (it loads the CPU too), other measurements here see this one
+            return _run_here(recipe, budget_gib, report_progress, on_built, checked)
     finally:
         if hasattr(report_progress, "close"):
             report_progress.close()
@@ -107,9 +108,8 @@ def _run_here(recipe: Recipe, budget_gib: float | None, report_progress, on_buil
     try:
         if on_built is not None:
             on_built(built)
-        with measuring():  # other measurements on this machine see this one, and this one sees them (each step)
-            built.trainer.add_callback(beside_callback(beside))
-            built.trainer.train()
+        built.trainer.add_callback(beside_callback(beside))  # this one sees the others (each step)
+        built.trainer.train()
     except torch.OutOfMemoryError as exc:  # BudgetExceeded is one too
         status = "does_not_fit"
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"

@@ -69,16 +69,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"The chapter's ladder on model={args.model!r}: {base.describe()}, {base.steps} steps per rung "
           f"({base.warmup_steps} warm-up, 1 tracked for memory, {base.steps - base.warmup_steps - 1} timed).")
     print(f"Results store: {store.path}" + (" (re-measuring everything: --force)" if args.force else ""))
-    rungs, same = measure.ladder_here(base)
+    rungs, same = measure.ladder_here(base)  # each rung checked there
     results = measure_all(rungs, store=store, force=args.force, progress=not args.no_progress, isolate=True,
-                          skip=same, desc="ladder")
+                          skip=same, desc="ladder", checked=True)
     measured = results.measured
+    for _ in range(args.repeats):  # interleaved: each repeat runs the rungs in the reverse order of the last
+        measured = measure.time_again(measured, store=store, isolate=True, progress=not args.no_progress)
     env = measured[0].env
     print(f"\nDevice: {env['device']}; torch {env['versions']['torch']}, transformers "
           f"{env['versions']['transformers']}, peft {env['versions']['peft']}, trl {env['versions']['trl']}, "
           f"bitsandbytes {env['versions']['bitsandbytes']}")
     print("Peak memory by category (tensor-level tracking, steady state after warm-up):\n")
-    print(results.table())
+    print(results.table(measured))
     print("\nWhat each technique changed:")
     for before, after in zip(measured, measured[1:]):
         print("  " + describe_change(before, after))
@@ -267,6 +269,21 @@ def _gpu_count(text: str) -> int:
     return n
 
 
+MAX_REPEATS = 5  # each repeat runs every rung once more
+
+
+def _repeats(text: str) -> int:
+    """argparse type for --repeats: a whole number from 0 to MAX_REPEATS."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(f"--repeats takes a whole number from 0 to {MAX_REPEATS} (how many more times "
+                                         f"each rung is timed), got {text!r}")
+    return n
+
+
 def _add_estimate_and_plan(sub) -> None:
     """The `estimate` and `plan` subcommands."""
     hardware = dict(choices=("gpu", "t4", "cpu"), default="gpu",
@@ -328,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="results store (default $COURSE_HOME/results.jsonl)")
     run.add_argument("--force", action="store_true", help="re-measure even when the store has a result")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
+    run.add_argument("--repeats", type=_repeats, default=1,
+                     help="time every rung this many more times, in reverse order, so each speed carries its spread "
+                          "in this run and a speed change counts only beyond it (default 1; 0: timed once, judged by "
+                          "a fixed spread)")
     run.add_argument("--gpus", type=_gpu_count, default=1,
                      help="processes that train together, one per GPU (on a machine without GPUs, gloo CPU processes); "
                           "above 1 every rung runs through accelerate launch (notebook 11)")

@@ -103,6 +103,7 @@ def check_launch(recipe: Recipe, gpus: int, strategy: str) -> str:
         raise HardwareError(f"gpus={gpus} asks for {gpus} GPUs, but this process sees {have}{why}. Use gpus <= {have}, "
                             "or make more GPUs visible.")
     checks.check_runnable(recipe)
+    checks.check_data(recipe, world=gpus)  # one step of all the processes together must come from the data
     return "cuda" if have else "cpu"
 
 
@@ -157,6 +158,8 @@ def launch(recipe: Recipe, gpus: int = 2, strategy: str = "ddp", *, store: Resul
         if found is not None and not found.noisy:
             found.cached = True
             found.recipe = {**found.recipe, "label": recipe.label}
+            if progress:  # what is read back says so, with the date it was measured
+                print(read_back_line(found), flush=True)
             return found
     store.check_writable()
     if workdir is not None:

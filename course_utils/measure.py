@@ -23,10 +23,10 @@ from course_utils import checks, machine
 from course_utils.child import callback, run_here  # noqa: F401
 from course_utils.launch import (TEMP_PREFIXES, MeasurementError, _does_not_fit, _progress_bar,  # noqa: F401
                                  _read_child_result, child_env, relay, temp_folder)
-from course_utils.machine import resolve_precision
-from course_utils.recipe import LADDER_FIELDS, RUNG_NAMES, Recipe, ladder
+from course_utils.checks import _same_as_above, ladder_here  # noqa: F401  (notebooks 01-05 import it here)
+from course_utils.recipe import RungError, Recipe, rungs_through
 from course_utils.results import Measurement, ResultStore, default_store, environment
-from course_utils.show.report import results_table
+from course_utils.show.report import read_back_line, results_table
 
 # ---------------------------------------------------------------------------------------------
 # parent side
@@ -57,7 +57,10 @@ def measure(
         found = store.find(recipe, env.key)
         if found is not None and not found.noisy:  # a speed from a busy machine is measured again
             found.cached = True
-            return _as_asked(found, recipe)
+            found = _as_asked(found, recipe)
+            if progress:  # what is read back says so, with the date it was measured
+                _say(read_back_line(found))
+            return found
     if not checked:
         checks.check_runnable(recipe)  # a recipe that cannot run here is refused before anything starts
     if budget_gib is None:
@@ -69,6 +72,13 @@ def measure(
     if budget_gib is None:
         store.add(result)
     return _as_asked(result, recipe)
+
+
+def _say(line: str) -> None:
+    """One line beside the progress bars (tqdm.write: a terminal's bar is redrawn under it)."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(line)
 
 
 def _as_asked(m: Measurement, recipe: Recipe) -> Measurement:
@@ -125,21 +135,22 @@ class Results(list):
         """{position: why} for the recipes that were not measured."""
         return {i: o.skipped for i, o in enumerate(self) if o.measurement is None}
 
-    def table(self):
-        """results.results_table of every recipe, in order: a skipped one is a row with its reason."""
-
-        return results_table(self.measured, {self[i].label: why for i, why in self.skipped.items()},
-                             order=[o.label for o in self])
+    def table(self, measured: list[Measurement] | None = None):
+        """results.results_table of every recipe, in order: a skipped one is a row with its reason. measured: the
+        measured ones as they are now (timed again by time_again), in place of the first measurements."""
+        return results_table(self.measured if measured is None else measured,
+                             {self[i].label: why for i, why in self.skipped.items()}, order=[o.label for o in self])
 
 
 def measure_all(recipes, *, store: ResultStore | None = None, force: bool = False, progress: bool = True,
                 isolate: bool | None = None, skip: dict[int, str] | None = None, desc: str = "recipes",
                 timeout_s: float | None = None, keep_going: bool = False, after_each=None,
-                stop_when=None) -> Results:
+                stop_when=None, checked: bool = False) -> Results:
     """Measure each recipe with measure(), in order; the one loop every driver of the course sits on.
 
     skip: {position: why} for recipes not to measure (their Outcome keeps the reason). Every other recipe is
-    checked with checks.check_runnable before the first one is measured, so a bad one costs no run.
+    checked with checks.check_runnable before the first one is measured, so a bad one costs no run (checked=True:
+    the caller did, as checks.ladder_here does for the ladder's rungs).
     isolate: as in measure(), but None by default (a fresh process on a GPU, this process on a CPU).
     keep_going=True: a run that fails (MeasurementError, not 'does not fit') is skipped with its error, and
     the rest are measured. after_each(results so far) is called after each recipe (scripts print there).
@@ -155,7 +166,7 @@ def measure_all(recipes, *, store: ResultStore | None = None, force: bool = Fals
         raise ValueError(f"skip names position(s) {outside}, but there are {len(recipes)} recipes "
                          f"(positions 0 to {len(recipes) - 1}); give reasons only for recipes in the list.")
     for i, recipe in enumerate(recipes):
-        if i not in skip:
+        if i not in skip and not checked:
             checks.check_runnable(recipe)
     results = Results()
     bar = tqdm(recipes, desc=desc, unit="recipe", disable=not progress)
@@ -187,34 +198,6 @@ def _measure_one(recipe: Recipe, keep_going: bool, **how) -> Outcome:
     return Outcome(recipe, m, "", round(time.perf_counter() - started, 1))
 
 
-def ladder_here(base: Recipe, through: str | None = None) -> tuple[list[Recipe], dict[int, str]]:
-    """The chapter's ladder from `base` (up to the rung named `through`, one of RUNG_NAMES) as it runs here,
-    mixed precision resolved, and {position: why} for the rungs that are then the same recipe as the rung
-    above (on a CPU, mixed precision is fp32, so that rung is the one before it)."""
-
-    asked = ladder(base)[:_rungs_through(through)]
-    rungs = [rung.with_(precision=resolve_precision(rung.precision), label=rung.label) for rung in asked]
-    same = {i: _same_as_above(asked[i - 1], asked[i], machine.device_type())
-            for i in range(1, len(rungs)) if rungs[i].key == rungs[i - 1].key}
-    return rungs, same
-
-
-def _rungs_through(name: str | None) -> int | None:
-    """How many rungs the ladder has up to the one named `name` (None: all of them)."""
-    if name is None:
-        return None
-    if name not in RUNG_NAMES:
-        raise RungError(f"No rung of the ladder is named {name!r}; the rungs are {', '.join(map(repr, RUNG_NAMES))}.")
-    return RUNG_NAMES.index(name) + 1
-
-
-class RungError(KeyError):
-    """A rung asked for by a name the ladder does not have, or one not measured here; the message says which."""
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
 class Rungs(list):
     """run_ladder's measurements, in the ladder's order, addressed by rung name (RUNG_NAMES) as well as by
     position: `rungs["+ 8-bit AdamW"]` is that rung, `rungs["+ 8-bit AdamW":"+ paged 8-bit AdamW"]` the rungs
@@ -242,7 +225,7 @@ class Rungs(list):
                 return i
         if name in self.skipped:
             raise RungError(f"The rung {name!r} was not measured here: {self.skipped[name]}.")
-        _rungs_through(name)  # an unknown name says which names there are
+        rungs_through(name)  # an unknown name says which names there are
         raise RungError(f"The rung {name!r} was not measured: run_ladder stopped before it (through=).")
 
 
@@ -259,9 +242,9 @@ def run_ladder(base: Recipe, *, store: ResultStore | None = None, force: bool = 
     repeat_last=N: after the ladder, the last N rungs measured are timed again in reverse order (time_again), so
     the speeds a notebook compares carry their spread in this run.
     """
-    rungs, same = ladder_here(base, through)
+    rungs, same = ladder_here(base, through)  # checked there, once
     results = measure_all(rungs, store=store, force=force, progress=progress, isolate=isolate, skip=same,
-                          desc="ladder")
+                          desc="ladder", checked=True)
     skipped = {results[i].label: why for i, why in results.skipped.items()}
     measured = results.measured
     if repeat_last:
@@ -311,18 +294,6 @@ def _time_once(recipe: Recipe, isolate: bool | None, progress: bool) -> Measurem
     if isolate or machine.device_type() != "cpu":
         return _run_child(recipe, None, progress, None)
     return run_here(recipe, None, report_progress=_progress_bar(recipe, progress), checked=True)  # measured before
-
-
-def _same_as_above(before: Recipe, rung: Recipe, device: str) -> str:
-    """Why a rung is the same recipe as the one above it here: what it sets, and why that changes nothing."""
-    changed = {f: getattr(rung, f) for f in LADDER_FIELDS if getattr(rung, f) != getattr(before, f)}
-    if changed.get("precision") == "auto":
-        return f"precision=auto is fp32 on {device}: same recipe as the rung above"
-    if not changed:
-        return (f"the rung above already has what it sets ({rung.micro_batch}x{rung.grad_accum}, {rung.optimizer}, "
-                f"{'ckpt' if rung.gradient_checkpointing else 'no ckpt'}): same recipe")
-    said = ", ".join(f"{k}={v}" for k, v in changed.items())
-    return f"its change ({said}) is already in the rung above: same recipe"
 
 
 GROWING = ("max_seq_length", "micro_batch")  # knobs whose memory only grows with the value

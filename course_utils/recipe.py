@@ -301,9 +301,11 @@ class Technique:
     """One row of TECHNIQUES: a technique the course teaches, or a setting describe() names (LoRA or full FT).
     The lists of knob names elsewhere are derived from these rows: the ladder (LADDER_STEPS), describe(), the
     `course` command's flags (cli_recipe), the steps of the path (show/path.py), the rung comparison
-    (measure.ladder_here), the planner's knobs (estimate/plan.py), notebook 08's exercise knobs and
+    (checks.ladder_here), the planner's knobs (estimate/plan.py), notebook 08's exercise knobs and
     library_map's toggles. Adding a technique: its Recipe field with its FIELD_RULES entry, one row here, and
-    its build code (build.py), plus the estimator's terms when it changes the memory."""
+    its build code (build.py), plus the estimator's terms when it changes the memory. A CUDA-only technique says
+    so here (cuda_only, with the compute capability or package it needs), and checks.check_hardware refuses it where
+    it cannot run."""
 
     fields: tuple[str, ...]  # the Recipe fields it sets; a change of any of them is one technique (a path step)
     short: str  # its short name: describe()'s words when it is on, the planner's name for it
@@ -314,6 +316,10 @@ class Technique:
     memory: str = ""  # "": the estimator models its memory (a `course estimate` flag); else why it does not
     planner: bool = False  # the planner may add it to a 4-bit bf16 recipe (estimate/plan.py's TUNINGS)
     needs: tuple = ()  # ((field, value), ...) it needs to mean anything: prepare_kbit acts on 4-bit recipes only
+    cuda_only: str = ""  # "": it runs on any device; else what it does, which needs a CUDA GPU (checks.check_hardware
+    #                      refuses it elsewhere with these words)
+    min_cc: tuple = ()  # with cuda_only: the compute capability it needs, (8, 0) for Ampere
+    package: str = ""  # with cuda_only: the package it needs ("liger_kernel"; pip's name has dashes)
 
     @property
     def default(self) -> Any:
@@ -366,11 +372,14 @@ TECHNIQUES: tuple[Technique, ...] = (
               show=lambda r: f"seq {r.max_seq_length}"),
     Technique(("prepare_kbit",), "no fp32 upcast", "beyond", planner=True, needs=(("load_in_4bit", True),)),
     Technique(("offload_embeddings",), "embeddings on CPU", "beyond", planner=True),
-    Technique(("liger_kernels",), "Liger", "beyond", planner=True),
+    Technique(("liger_kernels",), "Liger", "beyond", planner=True, package="liger_kernel",
+              cuda_only="runs Liger's Triton kernels for RMSNorm, SwiGLU and RoPE"),
     Technique(("torch_compile",), "compiled", "beyond",
               memory="a speed knob the estimator does not model: its answer would not change"),
-    Technique(("offload_activations",), "activations on CPU", "beyond"),
-    Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}"),
+    Technique(("offload_activations",), "activations on CPU", "beyond",
+              cuda_only="moves saved activations from the GPU to CPU memory and back"),
+    Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}", min_cc=(8, 0),
+              cuda_only="runs fp32 matmuls on TF32 tensor cores (Ampere: A100, RTX 30xx, L4, and later)"),
     Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
@@ -433,6 +442,22 @@ LADDER_STEPS: tuple[tuple[str, dict[str, Any]], ...] = tuple(
     (r.label, {k: v for k, v in r.to_dict().items() if k != "label" and v != above.to_dict()[k]})
     for above, r in zip((Recipe(),) + tuple(ladder()), ladder()))
 RUNG_NAMES = tuple(label for label, _ in LADDER_STEPS)  # how a notebook names a rung: run_ladder(base, through=...)
+
+
+class RungError(KeyError):
+    """A rung asked for by a name the ladder does not have, or one not measured here; the message says which."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def rungs_through(name: str | None) -> int | None:
+    """How many rungs the ladder has up to the one named `name` (None: all of them)."""
+    if name is None:
+        return None
+    if name not in RUNG_NAMES:
+        raise RungError(f"No rung of the ladder is named {name!r}; the rungs are {', '.join(map(repr, RUNG_NAMES))}.")
+    return RUNG_NAMES.index(name) + 1
 
 
 # Two recipes train the same when only these differ: knobs that do not move the peak (the estimator's setup).

@@ -46,7 +46,6 @@ class Environment(Machine):
 def course_versions() -> dict[str, str]:
     """The course's part of an environment's versions: what makes stored results stop matching when the
     course's own measuring, or the tiny model it trains, changes."""
-
     return {"course_utils": __version__, "measurement_method": str(MEASUREMENT_METHOD), "tiny_model": tiny_fingerprint()}
 
 
@@ -118,16 +117,19 @@ class Measurement:
 
     @property
     def noisy(self) -> bool:
-        """True when tokens/s cannot be trusted: the timed steps differed by more than NOISY_SPREAD of their
-        median, or (on a CPU) the process got less than NOISY_CPU_SHARE of its cores' time: the machine was
-        busy with something else; or its speed came from a single timed step, or another measuring process ran
-        on the same machine meanwhile (timing's 'others', course_utils.guards). Results stored before this was
-        recorded are not marked."""
-        spread, share = self.timing.get("spread"), self.timing.get("cpu_share")
-        single = self.timing.get("timed_steps") == 1  # one timed step: nothing says it was a typical one
-        beside = self.timing.get("others", 0) > 0  # another measurement ran on this machine at the same time
-        return bool((spread is not None and spread > NOISY_SPREAD) or (share is not None and share < NOISY_CPU_SHARE)
-                    or single or beside)
+        """True when tokens/s cannot be trusted (noisy_reasons): marked in tables and figures, never reused."""
+        return bool(self.noisy_reasons)
+
+    @property
+    def noisy_reasons(self) -> list[str]:
+        """Why tokens/s cannot be trusted, in a learner's words ([] if it can be, or predates timing): one timed step,
+        another measurement beside it (guards), a step spread over NOISY_SPREAD, a CPU share under NOISY_CPU_SHARE."""
+        t, spread, share = self.timing, self.timing.get("spread") or 0.0, self.timing.get("cpu_share")
+        return ((["timed on one step only"] if t.get("timed_steps") == 1 else [])
+                + (["another measurement ran on this machine at the same time"] if t.get("others", 0) > 0 else [])
+                + ([f"its timed steps differed a lot, by {spread:.0%} of their median"] if spread > NOISY_SPREAD else [])
+                + ([f"the machine was busy: this run got {share:.0%} of its CPU cores"]
+                   if share is not None and share < NOISY_CPU_SHARE else []))
 
     @property
     def speed_spread(self) -> float | None:
@@ -421,7 +423,6 @@ def _rescue(line: bytes, store: Path) -> str:
 
 def default_store() -> ResultStore:
     """The learner's store: $COURSE_HOME/results.jsonl."""
-
     return ResultStore(course_home() / "results.jsonl")
 
 
@@ -470,7 +471,7 @@ def from_store_note(measurements: list[Measurement]) -> str | None:
     in this run, with the date each was measured; None when all were measured now."""
     read_back: dict[str, list[str]] = {}
     for m in measurements:
-        if m.cached and m.source == "measured here":
+        if getattr(m, "cached", False) and m.source == "measured here":  # (a stand-in without the flag: not)
             read_back.setdefault(measured_on(m), []).append(m.label)
     if not read_back:
         return None

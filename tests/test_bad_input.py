@@ -519,7 +519,8 @@ def _kind_values(action: argparse.Action) -> list[str]:
              "--lora-r": ["0", "-4", "x", HUGE], "--lora-targets": [",", "bogus_proj"], "--model": ["", "no/such-model"],
              "--optimizer": ["adamw_nope", ""], "--out": ["/dev/null/x"], "--store": ["/"],
              "--warmup-steps": ["x", "-1", "100", HUGE], "--seed": ["x", "-1", "4294967296", HUGE],
-             "--lora-dropout": ["x", "nan", "1", "-0.1", "1e400"], "--config": ["/no/such/sft.yaml", "/"]}
+             "--lora-dropout": ["x", "nan", "1", "-0.1", "1e400"], "--config": ["/no/such/sft.yaml", "/"],
+             "--repeats": ["x", "-1", "2.5", "99", HUGE]}
     for flag in action.option_strings:
         if flag in names:
             return names[flag]

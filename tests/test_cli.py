@@ -10,6 +10,7 @@ store logic, the table, the plot, ladder.jsonl) is the real thing.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 from importlib import metadata
@@ -21,7 +22,7 @@ from course_utils import child
 from course_utils.cli import main
 from course_utils.machine import device_name
 from course_utils.recipe import LADDER_STEPS
-from course_utils.results import Measurement, ResultStore
+from course_utils.results import Measurement, ResultStore, environment
 
 LABELS = [label for label, _ in LADDER_STEPS]
 
@@ -52,9 +53,15 @@ def ladder_run(baseline_measurement, shared_store, cli_run_args, tmp_path_factor
         how.append((recipe.label, "in-process"))
         return child.run_here(recipe, budget_gib)
 
+    def timed_again(recipe, isolate, progress):  # --repeats 1: the rung's stored run, 10% faster (no training)
+        how.append((recipe.label, "again"))
+        first = store.find(recipe, environment().key)
+        return dataclasses.replace(first, tokens_per_s=round(first.tokens_per_s * 1.1, 1), speeds=[])
+
     stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         mp.setattr(measure_mod, "_run_child", in_process)
+        mp.setattr(measure_mod, "_time_once", timed_again)
         mp.setattr(Measurement, "noisy", property(lambda self: False))  # a busy machine: still the stored baseline
         code = main(["run", *cli_run_args, "--store", str(store.path), "--out", str(out_dir), "--no-progress"])
     return dict(code=code, out=stdout.getvalue(), err=stderr.getvalue(), out_dir=out_dir, store=store, how=how,
@@ -70,11 +77,14 @@ def _jsonl(run) -> dict[str, Measurement]:
 @pytest.mark.slow
 def test_run_succeeds_and_measures_each_distinct_rung_once(ladder_run):
     assert ladder_run["code"] == 0, ladder_run["err"][-3000:]
-    labels = [label for label, _ in ladder_run["how"]]
+    labels = [label for label, how in ladder_run["how"] if how == "in-process"]
     # the baseline came from the store; mixed precision is the rung above on a CPU, so not measured
     assert labels == [label for label in LABELS if label not in (LABELS[0], "+ mixed precision")]
     assert "(1 of the rungs came from the results store" in ladder_run["out"]
-    assert len(ladder_run["store"].load()) == 7
+    # --repeats 1 (the default): every rung measured, the stored baseline too, timed once more in reverse order
+    again = [label for label, how in ladder_run["how"] if how == "again"]
+    assert again == [label for label in reversed(LABELS) if label != "+ mixed precision"]
+    assert len(ladder_run["store"].load()) == 7 + len(again)  # each rung stored again with both its speeds
 
 
 @pytest.mark.slow
@@ -84,6 +94,7 @@ def test_run_prints_the_table_with_every_rung(ladder_run):
     for label in LABELS:
         assert label in table, label
     assert "(MiB)" in table
+    assert "±" in table and "timed once" not in out  # every speed with its spread in this run (--repeats 1)
     skipped = next(line for line in table.splitlines() if line.startswith("+ mixed precision"))
     assert "skipped: precision=auto is fp32 on cpu" in skipped
     assert "does not fit" not in table
@@ -109,8 +120,10 @@ def test_run_writes_the_plot_and_the_results(ladder_run):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     by_label = _jsonl(ladder_run)
     assert list(by_label) == [label for label in LABELS if label != "+ mixed precision"]
-    assert all(m.status == "ok" and m.tokens_per_s > 0 for m in by_label.values())
-    assert by_label[LABELS[0]] == ladder_run["baseline"]
+    assert all(m.status == "ok" and m.tokens_per_s > 0 and len(m.speeds) == 2 for m in by_label.values())
+    base = by_label[LABELS[0]]
+    assert base.peak_by_category == ladder_run["baseline"].peak_by_category  # memory is the stored run's
+    assert base.speeds == [ladder_run["baseline"].tokens_per_s, round(ladder_run["baseline"].tokens_per_s * 1.1, 1)]
 
 
 @pytest.mark.slow

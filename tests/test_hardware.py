@@ -275,3 +275,27 @@ def test_bitsandbytes_that_imports_but_cannot_quantize_is_not_usable(monkeypatch
     monkeypatch.setattr(bf, "quantize_4bit", broken)
     usable, why = hardware.bitsandbytes_status()
     assert usable is False and "imports but cannot quantize" in why and "CUDA Setup failed" in why and "more" not in why
+
+
+# --- CUDA-only techniques, refused by their TECHNIQUES row -----------------------------------------
+
+
+def test_a_cuda_only_technique_is_refused_by_what_its_row_needs(monkeypatch):
+    from course_utils import checks
+    from course_utils.recipe import base_recipe_for
+
+    base = base_recipe_for("tiny", "cpu")
+    monkeypatch.setattr(checks, "device_type", lambda: "cuda")
+    monkeypatch.setattr(hardware, "device_name", lambda: "Tesla T4")
+    monkeypatch.setattr(hardware, "compute_capability", lambda: (7, 5))
+    with pytest.raises(HardwareError, match=r"tf32=True runs fp32 matmuls on TF32 tensor cores .* compute capability "
+                                            r"8\.0 or later; this machine trains on Tesla T4 \(compute capability 7\.5\)"
+                                            r"\. Set tf32=False here\."):
+        checks.check_hardware(base.with_(tf32=True))
+    monkeypatch.setattr(hardware, "compute_capability", lambda: (9, 0))
+    checks.check_hardware(base.with_(tf32=True))  # an H200 has TF32
+    monkeypatch.setattr(checks.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(HardwareError, match=r"liger_kernels=True .* needs liger_kernel, which is not installed "
+                                            r"\(pip install liger-kernel\)"):
+        checks.check_hardware(base.with_(liger_kernels=True))
+    checks.check_hardware(base.with_(offload_activations=True))  # on CUDA, with nothing more to ask for

@@ -291,7 +291,8 @@ def test_the_plot_marks_a_noisy_point():
     ax = memory_vs_speed([_measured(spread=0.02), _measured(spread=0.9)])
     hollow = [c for c in ax.collections if c.get_gid() == "points" and tuple(c.get_facecolor()[0]) == (1, 1, 1, 1)]
     assert len(hollow) == 1 and len(hollow[0].get_offsets()) == 1  # the noisy one is drawn hollow
-    assert any(t.get_text().startswith("hollow: a noisy speed") for t in ax.figure.texts
+    assert any(t.get_text().startswith("hollow: a speed not to be trusted (its timed steps differed a lot)")
+               for t in ax.figure.texts
                if t.get_gid() == "caption")  # and the key says what hollow means
 
 

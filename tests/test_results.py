@@ -246,7 +246,8 @@ def test_results_table_units_follow_the_size_and_mark_a_noisy_speed():
         pytest.skip("this Measurement records no timing")
     noisy.timing = {"spread": 0.9}
     text = format_table([small, noisy])
-    assert "1234~" in text and "noisy speed" in text
+    assert "1234~" in text and "a speed not to be trusted" in " ".join(text.split())
+    assert "noisy (its timed steps differed a lot, by 90% of their median)" in " ".join(text.split())
     assert "~" not in format_table([small])
 
 

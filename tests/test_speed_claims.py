@@ -47,6 +47,16 @@ def test_a_pair_outside_the_measured_spread_states_the_change_with_the_spread():
     assert "speed 980 ± 20 -> 730 ± 30 tokens/s (-26%, beyond the spread of repeats in this run)" in line, line
 
 
+def test_a_speed_not_to_be_trusted_is_compared_with_nothing():
+    before = timed("before", 1000.0, 960.0)
+    shared = dataclasses.replace(timed("after", 80.0, 90.0), timing={"timed_steps": 3, "spread": 0.02, "others": 1})
+    assert speed_change(before, shared) is None and speed_change(shared, before) is None  # -91% would be "beyond"
+    line = flat(describe_change(before, shared))
+    assert ("speed 980 -> 85 tokens/s: no speed difference stated (~ not to be trusted: after's another measurement "
+            "ran on this machine at the same time)") in line, line
+    assert "%" not in line.split("speed", 1)[1].split(";")[0]
+
+
 def test_ranges_that_only_just_overlap_are_no_difference():
     before, after = timed("before", 1000.0, 900.0), timed("after", 880.0, 800.0)  # 900-1000 against 800-880
     assert speed_change(before, after) is not None  # apart by 20
@@ -56,10 +66,10 @@ def test_ranges_that_only_just_overlap_are_no_difference():
 
 def test_a_run_whose_own_steps_were_noisier_widens_its_spread():
     before = timed("before", 1000.0, 990.0, step_spread=0.02)
-    after = timed("after", 800.0, 805.0, step_spread=0.6)  # steps apart by 60%: ± 30% of 802
-    assert after.speed_spread == pytest.approx(0.3)
+    after = timed("after", 800.0, 805.0, step_spread=0.48)  # steps apart by 48% (not yet noisy): ± 24% of 802
+    assert after.speed_spread == pytest.approx(0.24) and not after.noisy
     assert speed_change(before, after) is None
-    assert "802 ± 241" in speed_words(before, after)
+    assert "802 ± 193" in speed_words(before, after)
 
 
 def test_speeds_timed_once_fall_back_to_the_labelled_run_to_run_spread():

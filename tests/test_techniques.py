@@ -29,15 +29,22 @@ EDITS = (
      "    \"fake_beyond\": _rule_bool(\"a made-up knob beyond the ladder\", later=True),\n"),
     (")\nBASELINE = ",
      "    Technique((\"use_dora\",), \"DoRA\", rungs=((6.5, \"+ DoRA\", {\"use_dora\": True}),)),\n"
-     "    Technique((\"fake_beyond\",), \"fake\", \"beyond\", planner=True),\n"),
+     "    Technique((\"fake_beyond\",), \"fake\", \"beyond\", planner=True, cuda_only=\"pins fake pages\"),\n"),
 )
 
 READ = """
 import json
-from course_utils import cli_recipe, measure, recipe
+from course_utils import checks, cli_recipe, recipe
 from course_utils.chapter import exercises, library_map
 from course_utils.estimate import plan
 from course_utils.show import path
+
+def checks_refusal(r):
+    try:
+        checks.check_hardware(r)
+    except checks.HardwareError as exc:
+        return str(exc)
+    return ""
 
 r = recipe.Recipe()
 rungs = recipe.ladder(r)
@@ -48,7 +55,8 @@ print(json.dumps({
     "estimate_flags": list(cli_recipe.FLAGS["estimate"]), "run_left_out": cli_recipe.NOT_EXPOSED["run"],
     "steps": [list(s) for s in path.STEPS], "tuning_knobs": list(plan.TUNING_KNOBS),
     "tunings": len(plan.TUNINGS), "tuned": plan.is_tuned(r.with_(fake_beyond=True)),
-    "same_as_above": measure._same_as_above(rungs[recipe.RUNG_NAMES.index("+ DoRA") - 1], dora, "cpu"),
+    "same_as_above": checks._same_as_above(rungs[recipe.RUNG_NAMES.index("+ DoRA") - 1], dora, "cpu"),
+    "cuda_only": checks_refusal(r.with_(fake_beyond=True)),
     "beyond_knobs": sorted(exercises.BEYOND_KNOBS), "toggles": [t[0] for t in library_map.TOGGLES],
 }))
 """
@@ -81,6 +89,7 @@ def test_adding_a_technique_is_one_row_of_the_table(tmp_path):
     assert ["use_dora"] in got["steps"] and ["fake_beyond"] in got["steps"]
     assert got["tuning_knobs"][-1] == "fake_beyond" and got["tunings"] == 9 and got["tuned"]
     assert "use_dora=True" in got["same_as_above"] and "already in the rung above" in got["same_as_above"]
+    assert got["cuda_only"].startswith("fake_beyond=True pins fake pages, which needs a CUDA GPU; this machine trains on")
     assert "fake_beyond" in got["beyond_knobs"] and "use_dora" not in got["beyond_knobs"]
     assert {"use_dora", "fake_beyond"} <= set(got["toggles"])
 

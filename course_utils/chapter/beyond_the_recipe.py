@@ -170,3 +170,11 @@ EXERCISE = Exercise("09_beyond_the_recipe", "the chapter's claim for a small car
              "the estimate is over", hardware="gpu", start_code='source_chapter_recipe("llama-3.1-8b")',
              start=lambda base: source_chapter_recipe(REFERENCE_MODEL),
              setup="from course_utils.recipe import source_chapter_recipe", base_name="path[0]")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("beyond", "+ no fp32 upcast", "source recipe (1x16)", "08-08",
+              "No fp32 upcast is a line *left out*: do not call `prepare_model_for_kbit_training`. "
+              "trl 1.16's `SFTTrainer(peft_config=lora_config)` never calls it either, so the usual "
+              "idiom has no upcast. (Embeddings on CPU are the course's own hooks, "
+              "`course_utils.build.offload_input_embeddings`; Liger is `SFTConfig(use_liger_kernel=True)`.)")

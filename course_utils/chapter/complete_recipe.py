@@ -20,7 +20,7 @@ from course_utils.estimate.plan import MARGIN_FACTOR, MARGIN_GIB, fits_on_card, 
 from course_utils.machine import HARDWARE, get_hardware
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import Measurement
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.speeds import speed_words
 from course_utils.show.tables import Column, Table, common_parts, wrap
 
@@ -212,6 +212,7 @@ def closing_07(first: Measurement, last: Measurement, reference, model: str) -> 
         f"On {first.env['device']} ({model}): from the plain LoRA baseline to the chapter's full recipe the peak "
         f"went {first.mib('peak'):.1f} -> {last.mib('peak'):.1f} MiB ({last.peak_bytes / first.peak_bytes - 1:+.0%}) "
         f"and the {speed_words(first, last)}.")
+    here = here if skip else dated(here, first, last)  # figures read back from the store say so, with their date
     ref = {m.label: m for m in reference}
     src, fast = ref["source chapter recipe (QLoRA 1x16)"], ref["QLoRA 16x1"]
     return _joined(here, f"Reference, Llama-3.1-8B on an H200: the chapter's recipe peaks at {src.peak_gib:.2f} "

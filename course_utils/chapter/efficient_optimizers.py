@@ -15,7 +15,7 @@ from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.terms import BNB_PAGE_MIN, lora_shapes
 from course_utils.recipe import CHAPTER_OPTIMIZERS, Recipe, source_chapter_recipe
 from course_utils.results import Measurement
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import wrap
 
 # --- 03: the optimizer that keeps the least state in a full fine-tune -----------------------------------
@@ -97,6 +97,7 @@ def closing_03(adamw: Measurement, eight: Measurement, paged: Measurement, full,
         f"Full fine-tune: optimizer state {full[0].mib('optimizer'):.1f} -> {full[1].mib('optimizer'):.1f} MiB "
         f"({full[1].peak_by_category['optimizer'] / full[0].peak_by_category['optimizer'] - 1:+.0%}), "
         f"peak {full[0].mib('peak'):.1f} -> {full[1].mib('peak'):.1f} MiB."]
+    here[-1] = here[-1] if skip else dated(here[-1], adamw, eight, paged, *full)  # read back from the store: dated
     r_adam, r_8bit, r_paged = reference
     return _joined(*here, f"Reference (Llama-3.1-8B LoRA, H200): optimizer state {r_adam.mib('optimizer'):.0f} -> "
                    f"{r_8bit.mib('optimizer'):.0f} MiB of a {r_adam.peak_gib:.1f} GiB peak; paged: "
@@ -106,3 +107,9 @@ def closing_03(adamw: Measurement, eight: Measurement, paged: Measurement, full,
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("03_efficient_optimizers", "the optimizer that keeps the least state", _T03, _fig_03, _check_03,
              _solve_03, "the full fine-tune estimated with each of the chapter's optimizers, the least state kept")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ paged 8-bit AdamW", "+ accumulation (micro-batch 1)", "03-07",
+              "The optimizer is one string, `optim=`: `\"adamw_8bit\"` for 8-bit state, "
+              "`\"paged_adamw_8bit\"` for 8-bit state that can be paged out.")

@@ -12,7 +12,7 @@ from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe, source_chapter_recipe
 from course_utils.results import Measurement
 from course_utils.show.speeds import speed_words
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import wrap
 
 # --- 02: the largest micro-batch within a budget, at the chapter's sequences per step ---------------------
@@ -77,6 +77,7 @@ def closing_02(before: Measurement, after: Measurement, reference) -> str:
         f"of {before.recipe['micro_batch']} x {before.recipe['grad_accum']} (same {after.recipe_obj.effective_batch} "
         f"sequences per step) took the peak from {before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB "
         f"({after.peak_bytes / before.peak_bytes - 1:+.0%}), {speed_words(before, after)}.")
+    here = here if skip else dated(here, before, after)  # figures read back from the store say so, with their date
     big, mid, small = reference
     return _joined(here, f"Reference (Llama-3.1-8B QLoRA, H200): 16x1 {big.peak_gib:.1f} GiB at "
                    f"{big.tokens_per_s:,.0f} tokens/s; 4x4 {mid.peak_gib:.1f} GiB at {mid.tokens_per_s:,.0f}; "
@@ -89,3 +90,8 @@ def closing_02(before: Measurement, after: Measurement, reference) -> str:
 EXERCISE = Exercise("02_gradient_accumulation", "the largest micro-batch within a budget", _T02, _fig_02, _check_02,
              _solve_02, "every micro-batch that divides the effective batch estimated, the largest within "
                           "budget kept")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ accumulation (micro-batch 1)", "+ gradient checkpointing", "02-07",
+              "Accumulation is `per_device_train_batch_size` and `gradient_accumulation_steps`.")

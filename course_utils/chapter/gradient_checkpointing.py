@@ -13,7 +13,7 @@ from course_utils.common import GiB, MiB, shipped
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement
 from course_utils.show.speeds import speed_words
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import Column, Table, wrap
 
 def _fig_01(start: Recipe, hw: str) -> dict:
@@ -69,6 +69,7 @@ def closing_01(baseline: Measurement, checkpointed: Measurement, reference, mode
             f"peak from {baseline.mib('activations'):.1f} to {checkpointed.mib('activations'):.1f} MiB ({saved:.0%} "
             f"less) and the peak from {baseline.mib('peak'):.1f} to {checkpointed.mib('peak'):.1f} MiB "
             f"({checkpointed.peak_bytes / baseline.peak_bytes - 1:+.0%}); {speed_words(baseline, checkpointed)}.")
+        skip = dated(skip, baseline, checkpointed)  # figures read back from the store say so, with their date
     return _joined(skip, f"On the reference GPU run (Llama-3.1-8B, LoRA bf16): activations "
                    f"{ref_before.mib('activations'):,.0f} -> {ref_after.mib('activations'):,.0f} MiB, peak "
                    f"{ref_before.peak_gib:.1f} -> {ref_after.peak_gib:.1f} GiB "
@@ -102,3 +103,9 @@ def selective_table(name: str = "llama-3.1-8b.jsonl") -> Table:
                    r["tokens_per_s"], r["tokens_per_s"] / none[r["micro_batch"]]) for r in rows],
                  title=f"{first['model']}, {first['recipe']}, sequence {first['seq']}, {first['device']}: median of "
                        f"{first['repeats']} interleaved runs ({first['date'][:10]}, torch {first['env']['versions']['torch']})")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ gradient checkpointing", "baseline (LoRA, fp32)", "01-07",
+              "Checkpointing is two `SFTConfig` arguments. trl 1.16's `SFTConfig()` turns "
+              "it **on** by default, so a recipe without it must say `activation_checkpointing=False`.")

@@ -13,7 +13,7 @@ from course_utils.common import GiB, MiB
 from course_utils.machine import get_hardware
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import wrap
 
 # --- 04: a precision a free T4 runs ----------------------------------------------------------------------
@@ -82,6 +82,7 @@ def closing_04(before: Measurement, after: Measurement, reference) -> str:
         skip = (f"On {after.env['device']}: {before.precision} -> {after.precision} took the parameters from "
                 f"{before.mib('parameters'):.1f} to {after.mib('parameters'):.1f} MiB and the peak from "
                 f"{before.mib('peak'):.1f} to {after.mib('peak'):.1f} MiB ({after.peak_bytes / before.peak_bytes - 1:+.0%}).")
+        skip = dated(skip, before, after)  # figures read back from the store say so, with their date
     elif not skip:
         skip = f"On {after.env['device']} mixed precision was not measured: {after.precision} is what runs here."
     fp32, bf16 = reference
@@ -94,3 +95,9 @@ def closing_04(before: Measurement, after: Measurement, reference) -> str:
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("04_mixed_precision", "a precision a free T4 runs", _T04, _fig_04, _check_04, _solve_04,
              "precision='auto': the estimator resolves it to fp16 for a T4", hardware="t4")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ mixed precision", "+ paged 8-bit AdamW", "04-09",
+              "Mixed precision is the weights' `dtype` and `bf16=True` (on a T4, which has no bf16: "
+              "`fp16=True`, with `dtype=torch.float16`).")

@@ -264,3 +264,9 @@ EXERCISE = Exercise("11_more_than_one_gpu", "how many cards a 70B model needs", 
              hardware="gpu",
              start_code="anchor_recipe()", start=start_recipe, answer_kind="gpus",
              setup="from course_utils.estimate import anchor_recipe\n\nanchor = anchor_recipe()", base_name="anchor")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("multi", "per-GPU recipe", None, "09-18",
+              "The per-GPU recipe of the run above, Llama-3.1-8B in 4-bit; every process runs this "
+              "script, started by `accelerate launch`.")

@@ -157,3 +157,10 @@ def nf4_bits(model: str = "llama-3.1-8b", name: str = "Llama-3.1-8B") -> str:
 EXERCISE = Exercise("05_qlora_4bit", "Llama-3.1-8B on a free T4", _T05, _fig_05, _check_05, _solve_05,
              "4-bit weights, then mixed precision, checkpointing, micro-batch 1 and a paged 8-bit optimizer, "
              "each added only while the estimate does not fit yet", hardware="t4")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ 4-bit QLoRA (NF4, double quant)", "+ mixed precision", "05-11",
+              "QLoRA is a `BitsAndBytesConfig` passed to `from_pretrained`, then "
+              "`prepare_model_for_kbit_training` (the fp32 upcast notebook 09 removes) before the "
+              "`LoraConfig`. On a T4: `bnb_4bit_compute_dtype=torch.float16` and `fp16=True`.")

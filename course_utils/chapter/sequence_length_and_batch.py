@@ -10,7 +10,7 @@ from course_utils.chapter.exercises import (Exercise, SEQ_STEP, Verdict, _est, _
                                             _refuse)
 from course_utils.common import MiB
 from course_utils.recipe import Recipe
-from course_utils.show.report import not_measured
+from course_utils.show.report import dated, not_measured
 from course_utils.show.tables import wrap
 
 # --- 06: the longest sequence in the base recipe's memory, with checkpointing ----------------------------
@@ -71,13 +71,20 @@ def closing_06(no: list, yes: list) -> str:
         return skip
     first, last = no[0].recipe_obj, no[-1].recipe_obj
     grew = lambda ms: ms[-1].peak_by_category["activations"] / ms[0].peak_by_category["activations"]  # noqa: E731
-    return wrap(f"On {no[0].env['device']}, from sequence {first.max_seq_length} to {last.max_seq_length} at "
+    return dated(wrap(f"On {no[0].env['device']}, from sequence {first.max_seq_length} to {last.max_seq_length} at "
                 f"micro-batch {first.micro_batch}: peak {no[0].mib('peak'):.1f} -> {no[-1].mib('peak'):.1f} MiB "
                 f"without checkpointing, {yes[0].mib('peak'):.1f} -> {yes[-1].mib('peak'):.1f} MiB with it; "
                 f"activations x{grew(no):.1f} and x{grew(yes):.1f} for "
-                f"{last.max_seq_length // first.max_seq_length}x the tokens.")
+                f"{last.max_seq_length // first.max_seq_length}x the tokens."), *no, *yes)  # read back: dated
 
 
 # The notebook's exercise (course_utils.chapter.exercises shows and checks it)
 EXERCISE = Exercise("06_sequence_length_and_batch", "the longest sequence in the same memory", _T06, _fig_06,
              _check_06, _solve_06, "a bisection over the sequence lengths, each estimated")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "+ shorter sequences", "+ 4-bit QLoRA (NF4, double quant)", "06-09",
+              "The ladder's rung for this notebook: the sequence length is `max_length` (the "
+              "source chapter's `max_seq_length` was renamed in trl), and the micro-batch "
+              "`per_device_train_batch_size`.")

@@ -32,16 +32,20 @@ from course_utils.show.tables import wrap
 
 RECORDS = shipped("reference", "t4", "t4-check.jsonl")
 VARIANTS = {"small": "the default GPU path", "llama-8b": "USE_LLAMA_8B = True"}
-NO_RECORD = {"11_more_than_one_gpu": "it needs two GPUs (Kaggle's 2 x T4), and the T4 check runs each notebook on "
-                                    "one virtual T4; no record was made, and none is invented"}
+NO_RECORD = {"11_more_than_one_gpu": "its runs need two GPUs (Kaggle's 2 x T4), and the T4 check runs each notebook "
+                                    "on one virtual T4, where they are skipped (the check of 2026-12-03 19:03 ran its "
+                                    "estimates, exercise and quiz through: scripts/gpu/logs/t4-20261203-1903); no "
+                                    "record of a run was made, and none is invented"}
 # Notebooks made by splitting 07 and 08 (issue 30) that the T4 check has not run yet: no record, and none is invented
 # (the records of 08_beyond_the_recipe stay as shipped, under the name of the notebook they ran). The lead runs
 # `python scripts/gpu/t4_check.py --notebooks 07,08,09,10` on a GPU, ships the records and empties this.
 PENDING_T4: tuple[str, ...] = ()  # emptied 2026-12-03: the check at 15:03 (scripts/gpu/logs/t4-20261203-1503) ran them
 # Variants a notebook has no record of, and why (the check did not run them; no record is invented or borrowed)
 NOT_CHECKED = {("10_toward_the_limit", "llama-8b"): "it has no USE_LLAMA_8B variant (it trains nothing: it reads the shipped runs)",
-               ("09_beyond_the_recipe", "llama-8b"): "not run since issue 30's split (device time); the record of "
-                                                     "08_beyond_the_recipe ran the same recipes"}
+               ("09_beyond_the_recipe", "llama-8b"): "the check of 2026-12-03 19:12 measured 6 of its 7 runs (all fit), then "
+                                                     "the device call's deadline stopped it at 535 s, building the 7th "
+                                                     "(scripts/gpu/logs/t4-20261203-1903): it needs a check of two calls; "
+                                                     "the record of 08_beyond_the_recipe ran the same recipes"}
 NOT_YET = "not yet checked under the T4 profile (a notebook new since the last T4 check; no record yet)"
 # Records made before issue 30's split (dated before SPLIT_DATE) of a notebook it renamed or cut, and where their
 # lessons went: the README's table notes them (kept as shipped); a record made after the split needs no note

@@ -12,7 +12,7 @@ from course_utils.chapter.exercises import (Exercise, Verdict, _est, _first, _mi
 from course_utils.common import GiB, MiB
 from course_utils.recipe import Recipe
 from course_utils.results import Measurement
-from course_utils.show.report import _joined, not_measured
+from course_utils.show.report import _joined, dated, not_measured
 from course_utils.show.tables import wrap
 
 def _fig_00(start: Recipe, hw: str) -> dict:
@@ -70,6 +70,7 @@ def closing_00(baseline: Measurement, full: Measurement, reference, model: str) 
         f"(weights {baseline.mib('parameters'):.1f}, activations {baseline.mib('activations'):.1f}, temporaries "
         f"{baseline.mib('temporaries'):.1f}); the full fine-tune at {full.mib('peak'):.1f} MiB, with gradients "
         f"{full.mib('gradients'):.1f} and optimizer state {full.mib('optimizer'):.1f} MiB.")
+    here = here if skip else dated(here, baseline, full)  # figures read back from the store say so, with their date
     lora8b, full8b = reference
     return _joined(here, f"Reference, Llama-3.1-8B on an H200: LoRA in fp32 {lora8b.peak_gib:.1f} GiB; "
                    f"full fine-tune in bf16 {full8b.peak_gib:.1f} GiB, of which optimizer state "
@@ -81,3 +82,9 @@ def closing_00(baseline: Measurement, full: Measurement, reference, model: str) 
 EXERCISE = Exercise("00_where_memory_goes", "what grows with the model, what with the tokens", _T00, _fig_00,
              _check_00, _solve_00, "a full fine-tune, then the micro-batch halved (then the sequence) until "
                                        "the model's part is the larger")
+
+# The "In your own script" cells of the notebook (kind, the rung they write, the rung they are compared with, the cell
+# they follow, what the markdown above them says): `scripts/notebooks/write_notebooks.py own-script` writes them.
+OWN_SCRIPT = ("ladder", "baseline (LoRA, fp32)", None, "00-11",
+              "The baseline you just measured, as your own training script writes it, with the lines "
+              "that read the GPU's peak memory around `trainer.train()`.")

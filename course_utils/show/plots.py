@@ -21,7 +21,7 @@ from typing import Sequence
 from course_utils.show.path import bend_retraced, one_technique, path_steps  # noqa: F401 (one_technique: plots' API too)
 from course_utils.common import GiB, MiB
 from course_utils.machine import PROFILES
-from course_utils.results import Measurement
+from course_utils.results import Measurement, measured_on
 from course_utils.show.charts import FIG_WIDTH_IN, FONT_PT, memory_breakdown, peak_gib, where  # noqa: F401 (plots' API too)
 from course_utils.show.placement import (Label, columns, fit_width, place_labels,
                                          place_line_labels, point_boxes, segment_boxes, text_size, wrap)
@@ -287,14 +287,40 @@ def _key_columns(panel: _Panel, renderer) -> tuple:
 
 
 def _notes(panel: _Panel) -> str:
-    """What the panel's markers other than its series' own mean, where it has any: a hollow one is a noisy speed,
-    a diamond a point that is not a step of the path."""
-    noisy = any(m.noisy for s in panel.series for _, m in s.points)
+    """What the panel's markers other than its series' own mean, where it has any: a hollow one is a speed not to
+    be trusted (and why), a diamond a point that is not a step of the path; and which points were read back from
+    the results store, with their date."""
+    reasons = sorted({r.split(",")[0].split(":")[0] for s in panel.series for _, m in s.points if m.noisy
+                      for r in m.noisy_reasons or ["its timing was unsteady"]})
     apart = any(s.apart for s in panel.series)
     spread = any(m.speed_spread is not None for s in panel.series for _, m in s.points)
-    return "; ".join((["hollow: a noisy speed (busy machine)"] if noisy else []) +
+    return "; ".join(([f"hollow: a speed not to be trusted ({', '.join(reasons)})"] if reasons else []) +
+                     _from_store(panel) +
                      (["|-|: the speed's spread over its repeats in this run"] if spread else []) +
                      (["\u25c6 not one technique added: no arrow"] if apart else []))
+
+
+def _from_store(panel: _Panel) -> list[str]:
+    """Which of the panel's points were read back from the results store, not measured in this run, and when they
+    were measured: ['read back from your store, not measured now: 1-4 (measured 2026-12-03 19:09 UTC to ...)']."""
+    found = {int(i): measured_on(m) for s in panel.series if s.path for i, m in s.points  # this run's numbered points
+             if m.cached and m.source == "measured here"}
+    if not found:
+        return []
+    dates = sorted(set(found.values()))
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    return [f"read back from your store, not measured now: {_ranges(sorted(found))} (measured {when})"]
+
+
+def _ranges(ids: list[int]) -> str:
+    """'1-4, 6' for [1, 2, 3, 4, 6]."""
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _misfits(panel: _Panel) -> str:

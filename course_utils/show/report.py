@@ -8,7 +8,7 @@ from typing import Any
 
 from course_utils.common import CATEGORIES, GiB, MiB
 from course_utils.recipe import RUNG_NAMES
-from course_utils.results import Measurement, from_store_note
+from course_utils.results import Measurement, from_store_note, measured_on
 from course_utils.show.speeds import speed_words
 from course_utils.show.tables import Column, Flagged, Note, Table, wrap
 
@@ -58,7 +58,7 @@ def results_table(measurements: list[Measurement], skipped: dict[str, str] | Non
     columns += [Column("tokens/s", fmt=".0f"), Column("final loss", fmt=".3f", short="loss\n(final)")]
     place = {name: i for i, name in enumerate(order)}
     waiting = sorted((skipped or {}).items(), key=lambda item: place.get(item[0], len(place)))
-    rows, noisy, repeated = [], False, False
+    rows, noisy, repeated = [], [], False
     for m in measurements:
         while waiting and m.label in place and place.get(waiting[0][0], len(place)) < place[m.label]:
             name, why = waiting.pop(0)
@@ -74,14 +74,34 @@ def results_table(measurements: list[Measurement], skipped: dict[str, str] | Non
         mark = f" ± {spread * speed:,.0f}" if speed and spread is not None else ""
         repeated = repeated or bool(mark)
         if speed and getattr(m, "noisy", False):
-            mark, noisy = mark + NOISY_MARK, True
+            mark = mark + NOISY_MARK
+            noisy.append(m)
         rows.append(row + [Flagged(speed, mark) if mark else speed, m.final_loss])
     rows += [[name, Note(f"skipped: {why}")] for name, why in waiting]
-    notes = [f"{NOISY_MARK}: a noisy speed: its timed steps differed a lot, or the machine was busy; measure it "
-             "again (course run --force) before comparing it."] if noisy else []
+    notes = [noisy_note(noisy)] if noisy else []
     notes += [REPEATED_NOTE] if repeated else []
     stored = from_store_note(list(measurements))
     return Table(columns, rows, notes=notes + ([stored] if stored else []))
+
+
+def noisy_note(noisy: list[Measurement]) -> str:
+    """The table's note on its speeds marked NOISY_MARK: each one's recipe and why its speed cannot be trusted."""
+    why = "; ".join(f"{m.label} ({', '.join(m.noisy_reasons) or 'its timing was unsteady'})" for m in noisy)
+    return (f"{NOISY_MARK}: a speed not to be trusted, and not reused from your results store: {why}. Measure it "
+            "again (course run --force) before comparing it.")
+
+
+def dated(text: str, *measurements: Measurement) -> str:
+    """A closing's sentence on this run's figures, followed by which of them were read back from the results store
+    and when they were measured (from_store_note), when any were."""
+    stored = from_store_note(list(measurements))
+    return wrap(f"{text} {stored}") if stored else text
+
+
+def read_back_line(m: Measurement) -> str:
+    """The line that says a measurement was read back from the results store instead of measured now, and when it
+    was measured (what measure() prints for it while the ladder or a notebook runs)."""
+    return wrap(f"{m.label}: read back from your store, measured {measured_on(m)}")
 
 
 def format_table(measurements: list[Measurement], skipped: dict[str, str] | None = None) -> str:

@@ -28,7 +28,10 @@ def speed_text(m: Measurement) -> str:
 def speed_change(before: Measurement, after: Measurement) -> float | None:
     """after's speed against before's (-0.22 for 22% slower) when the difference is outside what was measured
     of both: with repeats in their run, their ranges (± speed_spread) do not overlap; timed once, the change is
-    beyond SPEED_SPREAD (and beyond each run's own step spread). None: no difference measurable here."""
+    beyond SPEED_SPREAD (and beyond each run's own step spread). None: no difference measurable here, and always
+    when either speed cannot be trusted (Measurement.noisy: one timed step, a busy or shared machine)."""
+    if before.noisy or after.noisy:
+        return None
     change = after.tokens_per_s / before.tokens_per_s - 1
     a, b = before.speed_spread, after.speed_spread
     if a is not None and b is not None:
@@ -49,7 +52,12 @@ def speed_words(before: Measurement, after: Measurement) -> str:
     """The speed change as a learner may read it, with the spread it is judged by: 'speed 412 ± 30 -> 321 ± 12
     tokens/s (-22%)' when the difference is outside both speeds' measured spread (speed_change), else 'speed
     412 ± 30 -> 400 ± 25 tokens/s: no speed difference measurable here'. Speeds timed once are judged by the
-    fallback SPEED_SPREAD, and the words say so."""
+    fallback SPEED_SPREAD, and the words say so. A speed that cannot be trusted (Measurement.noisy) is compared
+    with nothing: the words say why."""
+    untrusted = [f"{m.label}'s {m.noisy_reasons[0]}" for m in (before, after) if m.noisy]
+    if untrusted:
+        return (f"speed {before.tokens_per_s:,.0f} -> {after.tokens_per_s:,.0f} tokens/s: no speed difference stated "
+                f"(~ not to be trusted: {'; '.join(untrusted)})")
     change = speed_change(before, after)
     if before.speed_spread is not None and after.speed_spread is not None:
         span = (f"speed {before.tokens_per_s:,.0f} ± {before.speed_spread * before.tokens_per_s:,.0f} -> "

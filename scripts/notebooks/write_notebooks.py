@@ -192,38 +192,19 @@ def exercises(nb: dict, path: Path, problems: list) -> dict:
 
 # --- own-script: the "In your own script" cells ------------------------------------------------------------------
 # notebook: (kind, label, after, id of the cell the new cells follow, what the markdown says)
-OWN_SCRIPT = {
-    "00_where_memory_goes": ("ladder", "baseline (LoRA, fp32)", None, "00-11",
-                             "The baseline you just measured, as your own training script writes it, with the lines "
-                             "that read the GPU's peak memory around `trainer.train()`."),
-    "01_gradient_checkpointing": ("ladder", "+ gradient checkpointing", "baseline (LoRA, fp32)", "01-07",
-                                  "Checkpointing is two `SFTConfig` arguments. trl 1.16's `SFTConfig()` turns "
-                                  "it **on** by default, so a recipe without it must say `activation_checkpointing=False`."),
-    "02_gradient_accumulation": ("ladder", "+ accumulation (micro-batch 1)", "+ gradient checkpointing", "02-07",
-                                 "Accumulation is `per_device_train_batch_size` and `gradient_accumulation_steps`."),
-    "03_efficient_optimizers": ("ladder", "+ paged 8-bit AdamW", "+ accumulation (micro-batch 1)", "03-07",
-                                "The optimizer is one string, `optim=`: `\"adamw_8bit\"` for 8-bit state, "
-                                "`\"paged_adamw_8bit\"` for 8-bit state that can be paged out."),
-    "04_mixed_precision": ("ladder", "+ mixed precision", "+ paged 8-bit AdamW", "04-09",
-                           "Mixed precision is the weights' `dtype` and `bf16=True` (on a T4, which has no bf16: "
-                           "`fp16=True`, with `dtype=torch.float16`)."),
-    "05_qlora_4bit": ("ladder", "+ 4-bit QLoRA (NF4, double quant)", "+ mixed precision", "05-11",
-                      "QLoRA is a `BitsAndBytesConfig` passed to `from_pretrained`, then "
-                      "`prepare_model_for_kbit_training` (the fp32 upcast notebook 09 removes) before the "
-                      "`LoraConfig`. On a T4: `bnb_4bit_compute_dtype=torch.float16` and `fp16=True`."),
-    "06_sequence_length_and_batch": ("ladder", "+ shorter sequences", "+ 4-bit QLoRA (NF4, double quant)", "06-09",
-                                     "The ladder's rung for this notebook: the sequence length is `max_length` (the "
-                                     "source chapter's `max_seq_length` was renamed in trl), and the micro-batch "
-                                     "`per_device_train_batch_size`."),
-    "09_beyond_the_recipe": ("beyond", "+ no fp32 upcast", "source recipe (1x16)", "08-08",
-                             "No fp32 upcast is a line *left out*: do not call `prepare_model_for_kbit_training`. "
-                             "trl 1.16's `SFTTrainer(peft_config=lora_config)` never calls it either, so the usual "
-                             "idiom has no upcast. (Embeddings on CPU are the course's own hooks, "
-                             "`course_utils.build.offload_input_embeddings`; Liger is `SFTConfig(use_liger_kernel=True)`.)"),
-    "11_more_than_one_gpu": ("multi", "per-GPU recipe", None, "09-18",
-                             "The per-GPU recipe of the run above, Llama-3.1-8B in 4-bit; every process runs this "
-                             "script, started by `accelerate launch`."),
-}
+def own_script_rows() -> dict[str, tuple]:
+    """{notebook stem: its room's OWN_SCRIPT row} for every notebook whose room (course_utils/chapter/<slug>.py)
+    has one: what the own-script writer writes, kept in the lesson's room beside its exercise."""
+    import importlib
+
+    rows = {}
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        room = importlib.import_module(f"course_utils.chapter.{path.stem[3:]}")
+        if hasattr(room, "OWN_SCRIPT"):
+            rows[path.stem] = room.OWN_SCRIPT
+    return rows
+
+
 ALWAYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "learning_rate", "bf16", "fp16",
           "activation_checkpointing", "optim", "max_length", "packing", "packing_strategy")
 HUB_ID = "meta-llama/Llama-3.1-8B"
@@ -339,7 +320,7 @@ OWN_SCRIPT_SUFFIX = ("### In your own script\n\n", " Set `TRAIN_HERE = True` on 
 def own_script_cells(nb: dict, path: Path, problems: list) -> dict:
     """The notebook with its two "In your own script" cells rewritten in place (found by the ids ending in
     -own-script-md and -own-script, so they keep their ids and outputs), or put after the cell CELLS names."""
-    kind, label, after, follows, says = OWN_SCRIPT[path.stem]
+    kind, label, after, follows, says = own_script_rows()[path.stem]
     cells = nb["cells"]
     md_text = OWN_SCRIPT_SUFFIX[0] + says + OWN_SCRIPT_SUFFIX[1]
     code_text = render(kind, label, after)
@@ -351,7 +332,7 @@ def own_script_cells(nb: dict, path: Path, problems: list) -> dict:
         return nb
     if follows not in ids:
         raise SystemExit(f"{path.name}: no cell with the id {follows!r} to put the own-script cells after; "
-                         "set it in OWN_SCRIPT")
+                         f"set it in OWN_SCRIPT in course_utils/chapter/{path.stem[3:]}.py")
     at = ids.index(follows) + 1
     while (path.stem not in INTRODUCES_NEXT and at < len(cells) and cells[at]["cell_type"] == "markdown"
            and not "".join(cells[at]["source"]).startswith("#")):
@@ -438,7 +419,7 @@ WRITERS: dict[str, tuple[Writer, Callable[[], list[Path]]]] = {
     "setup": (setup, _every),
     "troubleshooting": (troubleshooting, _every),
     "exercises": (exercises, _with_exercise),
-    "own-script": (own_script_cells, lambda: [NOTEBOOKS / f"{stem}.ipynb" for stem in OWN_SCRIPT]),
+    "own-script": (own_script_cells, lambda: [NOTEBOOKS / f"{stem}.ipynb" for stem in own_script_rows()]),
     "glossary": (glossary, _every),
     "figures": (figures, _every),
     "clean": (clean, _every),

@@ -51,8 +51,9 @@ def env_report() -> tuple[str, bool]:
         data.LAST_HUB_ANSWER[0] = ""
         reachable = data.hub_reachable()
         why = data.LAST_HUB_ANSWER[0]  # e.g. accepted the connection but did not answer within 2 s
-        check(reachable, "hub access: huggingface.co answers" if reachable else
-              f"hub access: huggingface.co does not answer{': ' + why if why else ''} (set HF_HUB_OFFLINE=1 to use "
+        host = data.hub_address()[0]  # huggingface.co, or where HF_ENDPOINT points
+        check(reachable, f"hub access: {host} answers" if reachable else
+              f"hub access: {host} does not answer{': ' + why if why else ''} (set HF_HUB_OFFLINE=1 to use "
               "the embedded default without waiting on it)", required=False)
     return "\n".join(lines + [""] + checks), ok_all
 

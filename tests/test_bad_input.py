@@ -437,6 +437,7 @@ def test_course_env_in_its_own_process_ends_and_says_the_hub_did_not_answer(sile
     took = time.monotonic() - started
     hub = [line for line in out.splitlines() if "hub access" in line]
     assert len(hub) == 1 and "did not answer within 1 s" in hub[0], out[-800:] + err[-800:]
+    assert "hub access: 127.0.0.1 does not answer" in hub[0]  # the host HF_ENDPOINT names, not huggingface.co
     assert "Traceback" not in err and took < 60
 
 

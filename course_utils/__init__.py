@@ -7,6 +7,9 @@ Importing this package is cheap; torch and transformers load only when a functio
 from __future__ import annotations
 
 import logging as _logging
+import os as _os
+import sys as _sys
+import urllib.parse as _urlparse
 import warnings as _warnings
 
 from course_utils.common import __version__
@@ -31,6 +34,21 @@ _logging.getLogger("kernels._internals.hf_hub").addFilter(
     lambda record: not str(record.msg).startswith("Skipping publisher trust check"))
 
 __all__ = ["Recipe", "RecipeError", "ladder", "source_chapter_recipe", "measure", "ResultStore"]
+
+
+def cli_main() -> int:
+    """The `course` command's entry point: course_utils.cli.main, after the one check its imports need. A malformed
+    HF_ENDPOINT (a port out of range) makes huggingface_hub fail while it is imported, before main() could say so."""
+    endpoint = _os.environ.get("HF_ENDPOINT", "")
+    try:
+        _urlparse.urlparse(endpoint).port
+    except ValueError as exc:
+        print(f"course: error: HF_ENDPOINT={endpoint!r} is not a URL the hub client can use ({exc}); unset it, or set "
+              "it to a URL such as https://huggingface.co.", file=_sys.stderr)
+        return 2
+    from course_utils.cli import main
+
+    return main()
 
 
 def __getattr__(name):  # lazy imports keep `import course_utils` fast

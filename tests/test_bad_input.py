@@ -576,3 +576,19 @@ def test_every_bad_flag_value_is_one_line_and_no_traceback(command, flag, value,
         assert "a switch takes no value" in line, line
     field = {"--seq": "max_seq_length"}.get(flag, flag[2:].replace("-", "_"))
     assert flag in line or field in line, line  # it names the flag, or the field the flag sets
+
+
+def test_a_malformed_hub_endpoint_is_one_line_before_the_libraries_load(tmp_path):
+    """huggingface_hub parses HF_ENDPOINT while it is imported: the entry point checks it first (course_utils.cli_main)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, HF_ENDPOINT="http://127.0.0.1:99999", COURSE_HOME=str(tmp_path))
+    run = subprocess.run([sys.executable, "-c", "import sys; from course_utils import cli_main; "
+                          "sys.argv = ['course', 'env']; sys.exit(cli_main())"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.strip() == ("course: error: HF_ENDPOINT='http://127.0.0.1:99999' is not a URL the hub client can "
+                                  "use (Port out of range 0-65535); unset it, or set it to a URL such as "
+                                  "https://huggingface.co.")

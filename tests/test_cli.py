@@ -29,7 +29,7 @@ LABELS = [label for label, _ in LADDER_STEPS]
 
 def test_console_script_is_installed():
     scripts = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
-    assert scripts.get("course") == "course_utils.cli:main"
+    assert scripts.get("course") == "course_utils:cli_main"
 
 
 def test_env_prints_ok_lines(capsys):

@@ -52,7 +52,7 @@ def test_a_speed_not_to_be_trusted_is_compared_with_nothing():
     shared = dataclasses.replace(timed("after", 80.0, 90.0), timing={"timed_steps": 3, "spread": 0.02, "others": 1})
     assert speed_change(before, shared) is None and speed_change(shared, before) is None  # -91% would be "beyond"
     line = flat(describe_change(before, shared))
-    assert ("speed 980 -> 85 tokens/s: no speed difference stated (~ not to be trusted: after's another measurement "
+    assert ("speed 980 -> 85 tokens/s: no speed difference stated (~ not to be trusted: after: another measurement "
             "ran on this machine at the same time)") in line, line
     assert "%" not in line.split("speed", 1)[1].split(";")[0]
 

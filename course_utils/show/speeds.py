@@ -54,7 +54,7 @@ def speed_words(before: Measurement, after: Measurement) -> str:
     412 ± 30 -> 400 ± 25 tokens/s: no speed difference measurable here'. Speeds timed once are judged by the
     fallback SPEED_SPREAD, and the words say so. A speed that cannot be trusted (Measurement.noisy) is compared
     with nothing: the words say why."""
-    untrusted = [f"{m.label}'s {m.noisy_reasons[0]}" for m in (before, after) if m.noisy]
+    untrusted = [f"{m.label}: {m.noisy_reasons[0]}" for m in (before, after) if m.noisy]
     if untrusted:
         return (f"speed {before.tokens_per_s:,.0f} -> {after.tokens_per_s:,.0f} tokens/s: no speed difference stated "
                 f"(~ not to be trusted: {'; '.join(untrusted)})")

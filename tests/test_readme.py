@@ -73,7 +73,7 @@ def test_readme_ladder_table_memory_is_the_estimate():
         else:
             joined.append(line)
     for line in joined:
-        found = re.match(r"^(.*?)\s{2,}(skipped: .*|[\d.]+(?:\s+[\d.]+){7})$", line)
+        found = re.match(r"^(.*?)\s{2,}(skipped: .*|[\d.]+(?:\s+[\d.]+){6}(?:\s+±\s+\d+)?\s+[\d.]+)$", line)
         assert found, line
         rows[found.group(1)] = found.group(2)
     base = facts.rung("baseline (LoRA, fp32)")

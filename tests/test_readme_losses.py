@@ -19,7 +19,7 @@ def readme_losses() -> dict[str, str]:
     """{rung label: the final loss the README's ladder table shows}, skipped rungs left out."""
     shown = {}
     for line in block("ladder-table").strip("`\n").splitlines()[2:]:
-        found = re.match(r"^(.*?)\s{2,}[\d.]+(?:\s+[\d.]+){6}\s+([\d.]+)$", line)
+        found = re.match(r"^(.*?)\s{2,}[\d.]+(?:\s+[\d.]+){6}(?:\s+±\s+\d+)?\s+([\d.]+)$", line)
         if found:
             shown[found.group(1)] = found.group(2)
     return shown

@@ -115,18 +115,14 @@ def check_data(recipe: Recipe, world: int = 1) -> None:
             f"tokens per step, but the shipped data packs into at most {blocks} ({tokens:,} tokens): the run "
             f"would train {blocks} while recording {recipe.micro_batch}. Use micro_batch <= {blocks}, "
             "or a shorter max_seq_length.")
-    if recipe.effective_batch > blocks:  # one optimizer step would have to read the data more than once
+    if recipe.effective_batch * world > blocks:  # one optimizer step would read the data more than once
+        mb, ga = recipe.micro_batch, recipe.grad_accum
+        product = (f"micro_batch x grad_accum = {mb} x {ga}" if world == 1 else
+                   f"{world} processes x micro_batch {mb} x grad_accum {ga}")  # each process reads its share
         raise RecipeError(
-            f"micro_batch x grad_accum = {recipe.micro_batch} x {recipe.grad_accum} = {recipe.effective_batch} "
-            f"sequences of {recipe.max_seq_length} tokens per optimizer step, but the shipped data packs into at "
-            f"most {blocks} ({tokens:,} tokens). Use micro_batch x grad_accum <= {blocks}, or a shorter "
-            "max_seq_length.")
-    if recipe.effective_batch * world > blocks:  # each of the processes reads its own share of every step
-        raise RecipeError(
-            f"{world} processes x micro_batch {recipe.micro_batch} x grad_accum {recipe.grad_accum} = "
-            f"{recipe.effective_batch * world} sequences of {recipe.max_seq_length} tokens per optimizer step, but "
-            f"the shipped data packs into at most {blocks} ({tokens:,} tokens). Use gpus x micro_batch x grad_accum "
-            f"<= {blocks}, or a shorter max_seq_length.")
+            f"{product} = {recipe.effective_batch * world} sequences of {recipe.max_seq_length} tokens per optimizer "
+            f"step, but the shipped data packs into at most {blocks} ({tokens:,} tokens). Use "
+            f"{'' if world == 1 else 'gpus x '}micro_batch x grad_accum <= {blocks}, or a shorter max_seq_length.")
 
 
 # Above this learning rate a run cannot train (issue 32): Adam-type optimizers move every weight by about the learning

@@ -135,3 +135,19 @@ def ipython_shell(tmp_path, monkeypatch):
     shell = InteractiveShell.instance(config=config)
     yield shell
     InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail loudly if anything starts to train: bad values must be refused before."""
+    from course_utils import measure as measure_mod
+
+    started = []
+
+    def refuse(*args, **kwargs):
+        started.append(args)
+        raise AssertionError("a training run started")
+
+    monkeypatch.setattr(measure_mod, "_run_child", refuse)
+    monkeypatch.setattr(measure_mod, "run_here", refuse)
+    return started

@@ -21,7 +21,6 @@ import time
 
 import pytest
 
-from course_utils import measure as measure_mod
 from course_utils.cli import build_parser, main
 from course_utils.recipe import Recipe, RecipeError
 
@@ -42,20 +41,6 @@ def one_line(err: str) -> str:
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]
-
-
-@pytest.fixture
-def no_training(monkeypatch):
-    """Fail loudly if anything starts to train: the bad values must be refused before."""
-    started = []
-
-    def refuse(*args, **kwargs):
-        started.append(args)
-        raise AssertionError("a training run started")
-
-    monkeypatch.setattr(measure_mod, "_run_child", refuse)
-    monkeypatch.setattr(measure_mod, "run_here", refuse)
-    return started
 
 
 # --- 5. every Recipe field, type and range, before any process starts -------------------------------------------
@@ -131,18 +116,7 @@ def test_course_home_that_is_a_file(argv, tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv", [["estimate", "--model", "tiny"], ["plan", "--model", "tiny", "--budget", "1GiB"]])
 def test_course_home_in_a_read_only_folder(argv, tmp_path, monkeypatch):
     """Simulated (the tests may run as root, who writes anywhere): making a folder there is refused."""
-    import pathlib
-
-    home = tmp_path / "read-only" / "home"
-    real_mkdir = pathlib.Path.mkdir
-
-    def mkdir(self, *args, **kwargs):
-        if str(self).startswith(str(tmp_path / "read-only")):
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_mkdir(self, *args, **kwargs)
-
-    monkeypatch.setattr(pathlib.Path, "mkdir", mkdir)
-    monkeypatch.setenv("COURSE_HOME", str(home))
+    monkeypatch.setenv("COURSE_HOME", str(_unusable_home("read-only", tmp_path, monkeypatch)))
     code, _, err = run_cli(argv)
     line = one_line(err)
     assert code == 2 and "Permission denied" in line and "COURSE_HOME" in line

@@ -33,20 +33,6 @@ def make(label="baseline", losses=(7.9, 7.7, 7.5), timing=None, date="2026-11-29
                        command="pytest")
 
 
-@pytest.fixture
-def no_training(monkeypatch):
-    """Fail loudly if anything starts to train."""
-    started = []
-
-    def refuse(*args, **kwargs):
-        started.append(args)
-        raise AssertionError("a training run started")
-
-    monkeypatch.setattr(measure_mod, "_run_child", refuse)
-    monkeypatch.setattr(measure_mod, "run_here", refuse)
-    return started
-
-
 # --- 1. a learning rate that cannot train ----------------------------------------------------------------------------
 # The final losses of `course run`'s ladder base (tiny model, 6 steps, seed 0) at each learning rate, measured on this
 # project's 2-core CPU (2026-12-03, torch 2.13): above 1 the loss collapses to 0.0, in step 4 at the latest; a run of

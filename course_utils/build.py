@@ -405,6 +405,10 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         notes.append(note or "offload_embeddings: the model already runs on the CPU, so the table stays where it is")
     if recipe.liger_kernels:
         notes.append("Liger kernels for RMSNorm, SwiGLU and RoPE (trl keeps its own fused, chunked loss)")
+    if recipe.fused_lora and recipe.load_in_4bit:  # it acts on 4-bit linears only (TECHNIQUES' needs)
+        from course_utils.fused_lora import fuse_lora
+
+        notes.append(fuse_lora(trainer.model))
     if recipe.lean_host:
         notes.append("lean host: trl's metrics read once per log, no NaN/Inf check per micro-batch (lean_trainer.py)")
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing

@@ -123,6 +123,8 @@ FIELD_RULES: dict[str, FieldRule] = {
     "tf32": _rule_bool("fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)", later=True),
     "lean_host": _rule_bool("no host-GPU waits inside a micro-batch: trl's metrics read once per log, no NaN gate",
                             later=True),
+    "fused_lora": _rule_bool("each 4-bit linear with its LoRA adapter as one autograd function (QLoRA only)",
+                             later=True),
     "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
 }
 
@@ -169,6 +171,7 @@ class Recipe:
     offload_activations: bool = False  # trl's activation offloading: saved activations wait in CPU memory (CUDA only)
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (10-bit mantissa): Ampere (8.0) and later only
     lean_host: bool = False  # no host-GPU waits inside a micro-batch: metrics read once per log (lean_trainer.py)
+    fused_lora: bool = False  # each 4-bit linear with its LoRA adapter as one autograd function (fused_lora.py)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -381,6 +384,8 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}", min_cc=(8, 0),
               cuda_only="runs fp32 matmuls on TF32 tensor cores (Ampere: A100, RTX 30xx, L4, and later)"),
     Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
+    Technique(("fused_lora",), "fused LoRA", "beyond", needs=(("load_in_4bit", True),),
+              memory=f"a speed knob (operators per projection): {_SPEED}, it keeps what peft keeps"),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

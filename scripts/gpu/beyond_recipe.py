@@ -5,6 +5,8 @@ measured in one run, printed side by side with ratios against the source recipe 
     python scripts/gpu/beyond_recipe.py --set explore --steps 4 --out explore.jsonl
     python scripts/gpu/beyond_recipe.py --set curves --peers unsloth --out run.jsonl   # Unsloth beside ours
     python scripts/gpu/beyond_recipe.py --set peer --steps 6 --peers unsloth --out run.jsonl  # issue 16's table, one run
+    python scripts/gpu/beyond_recipe.py --set fused --peers unsloth --peer-batches 16x1 --out run.jsonl  # issue 31
+    COURSE_PROFILE=t4 python scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --out t4.jsonl  # fp16, T4 profile
 
 Each recipe trains in a fresh process (course_utils.measure) on a random-weight preset built from
 its config (no download): warm-up step, one tracked step (peaks by category and CUDA's allocated
@@ -47,6 +49,15 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         return [path[0], lean, fast, beyond.fast_low_memory(model, steps)]
     if name == "peer":  # issue 16's table in one run: ours at the peer's two settings (1x16, 16x1), lean and source
         return [path[0], path[3], lean, fast, beyond.fast_low_memory(model, steps)]
+    if name in ("fused", "fused-t4"):  # issue 31: fused_lora at the peer's two settings; under the T4 profile in fp16
+        from course_utils import machine
+
+        src = beyond.source(model, steps)
+        if not machine.bf16_supported():
+            src = src.with_(precision="fp16", label=src.label)
+        p = beyond.path_from(src)
+        fused = [r.with_(fused_lora=True, label=r.label + ", fused LoRA") for r in (p[3], p[6])]
+        return [p[3], fused[0]] if name == "fused-t4" else [fused[0], p[6], fused[1]]
     if name == "explore":
         no_upcast = path[1]
         return path + [
@@ -64,7 +75,7 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="llama-3.1-8b")
-    parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore"))
+    parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore", "fused", "fused-t4"))
     parser.add_argument("--only", action="append", default=None, metavar="LABEL",
                         help="only the recipe of the set with this label (repeatable)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run (1 warm-up, 1 tracked)")

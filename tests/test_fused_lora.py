@@ -1,0 +1,129 @@
+"""Recipe(fused_lora=True) (course_utils/fused_lora.py): each 4-bit linear with its LoRA adapter as one autograd
+function computes what peft and bitsandbytes compute, draws the same dropout masks, keeps the same bytes for backward
+(so the estimate stands), and trains the same model. The tiny model in 4-bit on a CPU, in this process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.build import build
+from course_utils.fused_lora import LoRA4bit, fuse_lora
+from course_utils.recipe import Recipe, RecipeError
+
+RECIPE = Recipe(load_in_4bit=True, prepare_kbit=False, micro_batch=2, grad_accum=2, max_seq_length=64, steps=3,
+                warmup_steps=1, lora_dropout=0.05)
+
+
+@pytest.fixture(scope="module")
+def built(tiny_model):
+    return build(RECIPE)
+
+
+def lora_modules(model):
+    from peft.tuners.lora.bnb import Linear4bit
+
+    return [m for m in model.modules() if isinstance(m, Linear4bit)]
+
+
+def one_call(module, x, fused: bool, seed: int = 0):
+    """Output and gradients (input, lora_A, lora_B) of one forward and backward of `module` on `x`."""
+    a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
+    x = x.detach().clone().requires_grad_(True)
+    a.grad = b.grad = None
+    torch.manual_seed(seed)
+    if fused:
+        p = module.lora_dropout["default"].p if module.training else 0.0
+        y = LoRA4bit.apply(x, a, b, module.base_layer, float(module.scaling["default"]), p)
+    else:
+        y = module(x)
+    torch.manual_seed(1)
+    g = torch.randn_like(y)
+    (y * g).sum().backward()
+    return y.detach(), x.grad, a.grad.clone(), b.grad.clone()
+
+
+@pytest.mark.parametrize("adapter_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("autocast", [False, True], ids=["no autocast", "bf16 autocast"])
+@pytest.mark.parametrize("training", [True, False], ids=["dropout", "eval: no dropout"])
+def test_one_projection_gives_peft_and_bitsandbytes_results(built, adapter_dtype, autocast, training):
+    module = lora_modules(built.model)[0]  # q_proj of layer 0
+    a, b = module.lora_A["default"].weight, module.lora_B["default"].weight
+    old = a.data, b.data
+    a.data, b.data = a.data.to(adapter_dtype), torch.randn_like(b.data).mul_(0.05).to(adapter_dtype)  # B=0 hides bugs
+    module.train(training)
+    torch.manual_seed(3)
+    x = torch.randn(2, 64, module.in_features)
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            want, got = one_call(module, x, fused=False), one_call(module, x, fused=True)
+    finally:
+        a.data, b.data = old
+        module.train(True)
+    low = autocast or adapter_dtype == torch.bfloat16  # bf16 matmuls: the scaling's place changes the rounding
+    for name, w, g in zip(("output", "input grad", "lora_A grad", "lora_B grad"), want, got):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        if low:  # within bf16's rounding (8 bits: 0.4%) over the whole tensor
+            assert ((g.float() - w.float()).norm() / w.float().norm()).item() < 1e-2, name
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_dropout_masks_are_the_ones_peft_draws(built):
+    """With B = 0 (peft's start) the adapter adds nothing, but lora_B's gradient reads lora_A's output of the dropped
+    input: equal only if the mask is."""
+    module = lora_modules(built.model)[1]
+    x = torch.randn(2, 64, module.in_features)
+    want, got = one_call(module, x, fused=False, seed=7), one_call(module, x, fused=True, seed=7)
+    assert not torch.equal(want[3], torch.zeros_like(want[3]))
+    torch.testing.assert_close(got[3], want[3], rtol=1e-6, atol=1e-7)
+    other = one_call(module, x, fused=True, seed=8)
+    assert not torch.allclose(other[3], want[3])  # another seed, another mask: the test can fail
+
+
+def train(recipe):
+    from course_utils.child import run_here
+
+    return run_here(recipe)
+
+
+@pytest.mark.parametrize("kw", [{}, {"gradient_checkpointing": True}, {"lora_dropout": 0.0},
+                                {"precision": "bf16", "gradient_checkpointing": True}],
+                         ids=["dropout", "checkpointing", "no dropout", "bf16 (the GPU's), checkpointing"])
+def test_training_is_the_same_and_keeps_the_same_bytes(tiny_model, kw):
+    plain = train(RECIPE.with_(**kw))
+    fused = train(RECIPE.with_(fused_lora=True, **kw))
+    assert fused.losses == pytest.approx(plain.losses, rel=1e-5 if RECIPE.with_(**kw).precision == "fp32" else 1e-3)
+    assert fused.peak_bytes == plain.peak_bytes
+    assert fused.peak_by_category == plain.peak_by_category
+    assert any("fused LoRA: 16 4-bit linears with their adapter" in n for n in fused.notes), fused.notes
+
+
+def test_it_names_itself_and_changes_the_key_only_on_4_bit():
+    fused = RECIPE.with_(fused_lora=True)
+    assert fused.key != RECIPE.key
+    assert "fused LoRA" in fused.describe() and "fused LoRA" not in RECIPE.describe()
+    assert "fused LoRA" not in Recipe(fused_lora=True).describe()  # no 4-bit linears: it does nothing
+
+
+def test_what_it_does_not_cover_falls_back_to_peft(built):
+    module = lora_modules(built.model)[2]
+    x = torch.randn(1, 8, module.in_features)
+    module.eval()
+    try:
+        plain = module(x)
+        fuse_lora(built.model)
+        module._disable_adapters = True  # peft's flag for disabled adapters: the base layer alone
+        base = module(x)
+        module._disable_adapters = False
+        fused = module(x)
+    finally:
+        module.train()
+    torch.testing.assert_close(base, module.base_layer(x))
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_without_4_bit_linears_is_refused_with_what_to_do():
+    with pytest.raises(RecipeError, match=r"fused_lora=True needs a 4-bit model .* Set fused_lora=False or "
+                                          r"load_in_4bit=True"):
+        fuse_lora(torch.nn.Sequential(torch.nn.Linear(4, 4)))

@@ -303,6 +303,8 @@ def library_objects(recipe: Recipe, precision: str | None = None, *, output_dir:
         steps.append("trainable bf16 weights (trl's LoRA cast on 4-bit models) are recast to fp32")
     if recipe.offload_embeddings:
         steps.append("the input embedding table is kept in CPU memory (course hooks, build.offload_input_embeddings)")
+    if recipe.fused_lora and recipe.load_in_4bit:
+        steps.append("each 4-bit linear runs with its LoRA adapter as one autograd function (fused_lora.fuse_lora)")
     return LibraryObjects(
         recipe=recipe, precision=precision, quantization_config=kwargs["quantization_config"], model_kwargs=kwargs,
         prepare_kbit_kwargs=prepare_kbit_kwargs(recipe), lora_config=lora_config(recipe),

@@ -36,6 +36,7 @@ KNOB_CHANGES = {
     "offload_activations": True,
     "tf32": True,
     "lean_host": True,
+    "fused_lora": True,
 }
 
 

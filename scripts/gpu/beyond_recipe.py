@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from course_utils.chapter import beyond_the_recipe as beyond  # noqa: E402
 from course_utils.chapter import toward_the_limit
+from course_utils.common import GiB  # noqa: E402
 from course_utils.recipe import Recipe  # noqa: E402
 
 
@@ -118,7 +119,7 @@ def measure_ours(recipes: list[Recipe], store, timeout: float | None) -> list:
             print(f"{at}: FAILED {o.skipped.removeprefix('failed: ')[-1500:]}", flush=True)
             return
         m = o.measurement
-        alloc = (m.cuda_max_allocated or 0) / beyond.GiB
+        alloc = (m.cuda_max_allocated or 0) / GiB
         print(f"{at}: {m.status}, {alloc:.2f} GiB allocated, {m.tokens_per_s or 0:.0f} tokens/s, {o.seconds:.0f} s  "
               f"{m.notes}", flush=True)
 

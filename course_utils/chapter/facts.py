@@ -18,6 +18,7 @@ a figure of course_utils/chapter/figures.yaml (arithmetic over names allowed): o
   matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
   tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/chapter/toward_the_limit.py)
   profiled(label)                   where that recipe's step time went under torch.profiler (tries.profiled)
+  host(variant, run=None)           a variant of a shipped count run at 1 x 16 (tries.host_counts: operators, waits, ms)
   flops(recipe), floor(recipe)      FLOPs per token and memory floor of a recipe (course_utils.limits)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them
@@ -41,7 +42,7 @@ from course_utils.chapter import figures, shipped_runs as beyond, toward_the_lim
 from course_utils.chapter.figures import PLACEHOLDER, FactError, _shown
 from course_utils.chapter.shipped_runs import offline_examples, own_check, tf32_run as tf32
 from course_utils.chapter.t4 import run_of as t4
-from course_utils.chapter.toward_the_limit import profiled, toward, tried
+from course_utils.chapter.toward_the_limit import host_counts, profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped
 from course_utils.estimate import limits, plan as P
 from course_utils.estimate.distributed import anchor_recipe, estimate_distributed
@@ -254,13 +255,18 @@ def curves(run: str = "", model: str = "llama-3.1-8b", label: str | None = None)
                            steps=min(a["steps"] for a in agree))
 
 
+def host(variant: str, run: str | None = None, model: str = "llama-3.1-8b"):
+    """One variant of a shipped count run (scripts/gpu/count_launches.py), the latest where run is None."""
+    return host_counts(run, model)[variant]
+
+
 def namespace() -> dict:
     """The names a placeholder may use."""
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
                 peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
-                matmul=limits.measured_peak, tried=tried, profiled=profiled,
+                matmul=limits.measured_peak, tried=tried, profiled=profiled, host=host,
                 floor=memory_floor, own_check=own_check, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)
 

@@ -389,3 +389,86 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
     if not found:
         raise KeyError(f"no shipped profile of {label!r}; there are: {[d['label'] for d in shipped_profiles]}")
     return found[-1]
+
+
+# --- the host's work per micro-batch (issue 31; taught in notebook 09) -------------------------------------------------
+# scripts/gpu/count_launches.py's variants, in the order a table shows them, with the names it shows
+HOST_VARIANTS = {"ours": "ours (+ Liger)", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
+                 "ours-fused-lean": "+ fused LoRA + lean host", "unsloth": "Unsloth"}
+
+
+@dataclass(frozen=True)
+class HostCount:
+    """One variant of one count run (scripts/gpu/count_launches.py), over its processes: counts per micro-batch from
+    the profiled window of its first process (the same in every process of a variant, to a few events), times and
+    tokens/s as the median over processes, with the lowest and highest process."""
+
+    run: str
+    variant: str
+    label: str
+    processes: int
+    aten_ops: float  # operator calls the host dispatched (torch.profiler's aten:: events)
+    launches: float  # kernel launch calls (runtime and driver)
+    waits: float  # the host stopped until the GPU was done
+    reads: float  # .item()-style reads of a GPU value
+    device_ms: float  # the GPU's kernels, summed
+    micro_batch_ms: float  # the timed steps' median wall time over grad_accum
+    layer_host_ms: float  # the host's time inside one decoder layer's forward
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    allocated_gib: float
+    losses: tuple
+    date: str
+    env: dict
+
+    @property
+    def name(self) -> str:
+        return HOST_VARIANTS.get(self.variant, self.variant)
+
+
+def count_runs(model: str = "llama-3.1-8b") -> list[str]:
+    """The run ids of the shipped count file, in the order they ran."""
+    return list(dict.fromkeys(d["run"] for d in _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")))
+
+
+def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str, HostCount]:
+    """The variants of count run `run` (the latest where None), by variant name, in HOST_VARIANTS' order."""
+    lines = _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")
+    run = run or count_runs(model)[-1]
+    ok = [d for d in lines if d["run"] == run and d.get("status") == "ok"]
+    if not ok:
+        raise KeyError(f"no finished count run {run!r}; there are: {count_runs(model)}")
+    found = {}
+    for variant in sorted({d["variant"] for d in ok}, key=lambda v: list(HOST_VARIANTS).index(v)):
+        mine = [d for d in ok if d["variant"] == variant]
+        first, speeds = mine[0], [d["timing"]["tokens_per_s"] for d in mine]
+        c = first["counts"]
+        found[variant] = HostCount(
+            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["item"],
+            c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
+            statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
+            min(speeds), max(speeds), first["allocated_gib"], tuple(first["losses"]), first["date"], first["env"])
+    return found
+
+
+def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
+    """host_counts(run) as a Table, each variant against ours of the same run: per micro-batch at 1 x 16, what the
+    host dispatched and waited for, what the GPU worked, and what came of it."""
+    counts = host_counts(run, model)
+    ours = counts.get("ours")
+    body = []
+    for h in counts.values():
+        body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms,
+                     h.layer_host_ms, h.tokens_per_s, f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run",
+                     h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
+    first = next(iter(counts.values()))
+    v = first.env.get("versions", {})
+    title = (f"Per micro-batch of 512 tokens at 1 x 16, {first.env.get('device', 'GPU')}, run {first.run} "
+             f"({first.date[:10]}, torch {v.get('torch', '?')}): each variant in fresh processes, interleaved; tokens/s the "
+             "median of its processes, range their lowest and highest")
+    columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
+               Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
+               Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),
+               Column("range"), Column("x ours", fmt=".2f"), Column("GiB", fmt=".2f")]
+    return Table(columns, body, title=title)

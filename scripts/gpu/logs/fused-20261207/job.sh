@@ -2,7 +2,7 @@
 # Issue 31, fused LoRA (Recipe(fused_lora=True), course_utils/fused_lora.py): one detached job
 # (python3 scripts/device/detached.py start --name fused -- bash scripts/gpu/logs/fused-20261207/job.sh), run from the
 # session's checkout with the course's wheels (.whl) and Unsloth's (.whl-unsloth) carried.
-# A: the count table at 1 x 16, ours / ours + fused LoRA / + lean host / Unsloth, interleaved, in one run;
+# A: the count table at 1 x 16, ours / ours + fused LoRA / Unsloth, two processes each, interleaved, in one run;
 # C (before B: shorter, and the learner's card): the same change under the T4 profile in fp16, for memory and for
 #   running at all (--set fused-t4);
 # B: the 16 x 1 setting with Unsloth beside it (beyond_recipe.py --set fused).
@@ -18,7 +18,7 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 COURSE_H
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; \
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; } >> $OUTD/install.log 2>&1
 python3 scripts/gpu/count_launches.py --out $OUTD/counts.jsonl --tables $OUTD --run-id counts-20261207-fused --steps 5 \
-    --window 2 --timeout 300 --variants ours-fused,ours,unsloth,ours-fused-lean,ours-fused,ours,unsloth > $OUTD/counts.log 2>&1
+    --window 2 --timeout 300 --variants ours-fused,ours,unsloth,ours-fused,ours,unsloth > $OUTD/counts.log 2>&1
 echo "count_launches exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts.log
 COURSE_PROFILE=t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
     --out $OUTD/t4.jsonl --run-id fused-t4-20261207 > $OUTD/t4.log 2>&1

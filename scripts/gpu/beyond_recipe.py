@@ -58,7 +58,7 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
             src = src.with_(precision="fp16", label=src.label)
         p = beyond.path_from(src)
         fused = [r.with_(fused_lora=True, label=r.label + ", fused LoRA") for r in (p[3], p[6])]
-        return [p[3], fused[0]] if name == "fused-t4" else [fused[0], p[6], fused[1]]
+        return [p[3], fused[0]] if name == "fused-t4" else [p[3], fused[0], p[6], fused[1]]
     if name == "explore":
         no_upcast = path[1]
         return path + [

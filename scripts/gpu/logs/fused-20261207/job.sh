@@ -5,7 +5,7 @@
 # A: the count table at 1 x 16, ours / ours + fused LoRA / Unsloth, two processes each, interleaved, in one run;
 # C (before B: shorter, and the learner's card): the same change under the T4 profile in fp16, for memory and for
 #   running at all (--set fused-t4);
-# B: the 16 x 1 setting with Unsloth beside it (beyond_recipe.py --set fused).
+# B: ours and ours + fused LoRA at 1 x 16 and 16 x 1, Unsloth at 16 x 1 beside them (beyond_recipe.py --set fused).
 set -u
 T0=$(date +%s)
 OUTD=/tmp/out/fused

@@ -23,6 +23,6 @@ echo "count_launches exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts.lo
 COURSE_PROFILE=t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
     --out $OUTD/t4.jsonl --run-id fused-t4-20261207 > $OUTD/t4.log 2>&1
 echo "beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log
-python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth --peer-batches 16x1 \
+python3 scripts/gpu/beyond_recipe.py --set fused --steps 6 --timeout 300 --peers unsloth --peer-batches 16x1 \
     --out $OUTD/fused.jsonl --run-id fused-20261207 > $OUTD/fused.log 2>&1
 echo "beyond_recipe fused exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused.log

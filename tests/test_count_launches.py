@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from torch.autograd import DeviceType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts" / "gpu"))
@@ -66,16 +67,45 @@ def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_remov
 
     path = Path(__file__).resolve().parents[1] / "course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl"
     runs = [json.loads(line) for line in path.read_text().splitlines()]
-    assert {d["variant"] for d in runs} == {"ours", "ours-lean", "unsloth"}
+    assert {d["variant"] for d in runs if d["run"] == "counts-20261203"} == {"ours", "ours-lean", "unsloth"}
     for d in runs:
         assert d["status"] == "ok" and d["run"] and d["date"] and d["command"].startswith("count_launches.py --child")
         env = d["env"]
         assert env["device"] == "NVIDIA H200" and env["driver"] and env["cuda"] and env["versions"]["torch"]
         if d["variant"] != "unsloth":
             assert Recipe.from_dict(d["recipe"]).key == d["recipe_key"]
-            assert Recipe.from_dict(d["recipe"]).lean_host == (d["variant"] == "ours-lean")
-    by = {d["variant"]: d for d in runs}
+            assert Recipe.from_dict(d["recipe"]).lean_host == d["variant"].endswith("-lean")
+            assert Recipe.from_dict(d["recipe"]).fused_lora == d["variant"].startswith("ours-fused")
+    by = {d["variant"]: d for d in runs if d["run"] == "counts-20261203"}
     ours, lean = by["ours"]["counts"], by["ours-lean"]["counts"]
     assert lean["waits"] < ours["waits"] and lean["item"] < ours["item"]
     assert abs(lean["kernels"] - ours["kernels"]) <= 10  # the same work on the GPU
     assert by["ours"]["losses"] == by["ours-lean"]["losses"]  # the same training
+
+
+def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
+    """tries.host_table (notebook 09): per count run, each variant's median over its processes, its range, and its
+    ratio to ours of that run; the counts are the first process's."""
+    import json
+    import statistics
+
+    from course_utils.chapter import toward_the_limit as tries
+
+    path = Path(__file__).resolve().parents[1] / "course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert tries.count_runs() == list(dict.fromkeys(d["run"] for d in lines))
+    for run in tries.count_runs():
+        counts = tries.host_counts(run)
+        assert list(counts) == [v for v in tries.HOST_VARIANTS if v in counts] and "ours" in counts
+        for variant, h in counts.items():
+            mine = [d for d in lines if d["run"] == run and d["variant"] == variant and d["status"] == "ok"]
+            speeds = [d["timing"]["tokens_per_s"] for d in mine]
+            assert h.processes == len(mine) and h.tokens_per_s == statistics.median(speeds)
+            assert (h.tokens_per_s_low, h.tokens_per_s_high) == (min(speeds), max(speeds))
+            assert h.aten_ops == mine[0]["counts"]["aten_ops"] and h.allocated_gib == mine[0]["allocated_gib"]
+        text = str(tries.host_table(run))
+        assert run in text and counts["ours"].env["device"] in text
+        ratios = [float(line.split()[-2]) for line in text.splitlines() if line.startswith(counts["ours"].name)]
+        assert ratios == [1.0]
+    with pytest.raises(KeyError, match="no finished count run 'counts-nope'"):
+        tries.host_counts("counts-nope")

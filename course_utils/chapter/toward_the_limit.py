@@ -393,7 +393,7 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
 
 # --- the host's work per micro-batch (issue 31; taught in notebook 09) -------------------------------------------------
 # scripts/gpu/count_launches.py's variants, in the order a table shows them, with the names it shows
-HOST_VARIANTS = {"ours": "ours (+ Liger)", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
+HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "unsloth": "Unsloth"}
 
 
@@ -464,9 +464,10 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
                      h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
     first = next(iter(counts.values()))
     v = first.env.get("versions", {})
-    title = (f"Per micro-batch of 512 tokens at 1 x 16, {first.env.get('device', 'GPU')}, run {first.run} "
-             f"({first.date[:10]}, torch {v.get('torch', '?')}): each variant in fresh processes, interleaved; tokens/s the "
-             "median of its processes, range their lowest and highest")
+    title = (f"Per micro-batch of 512 tokens at 1 x 16 (ours: \"{(ours or first).label}\"), "
+             f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
+             "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
+             "and highest")
     columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),

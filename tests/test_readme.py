@@ -18,7 +18,7 @@ TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the
                     "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed",
                     "library-table": "tests/test_library_objects.py::test_readme_field_table_is_generated",
                     "config-estimates": "tests/test_from_library.py::test_readme_config_estimates_are_printed"}
-TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "module-map"}
+TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "host-table", "module-map"}
 
 
 def block(name: str) -> str:
@@ -56,6 +56,13 @@ def test_readme_peer_table_is_the_shipped_peer_run():
     assert ours and theirs and len({m.run_id for m in ours + theirs}) == 1
     assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in toward_the_limit.PEER_BATCHES}
     assert block("peer-table") == toward_the_limit.peer_run_report()
+
+
+def test_readme_host_table_is_the_latest_shipped_count_run():
+    """Issue 31's count table: the latest run of scripts/gpu/count_launches.py, as shipped."""
+    from course_utils.chapter import toward_the_limit
+
+    assert block("host-table") == "```\n" + str(toward_the_limit.host_table()) + "\n```"
 
 
 def test_readme_ladder_table_memory_is_the_estimate():

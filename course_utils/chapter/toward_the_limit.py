@@ -410,6 +410,7 @@ class HostCount:
     aten_ops: float  # operator calls the host dispatched (torch.profiler's aten:: events)
     launches: float  # kernel launch calls (runtime and driver)
     waits: float  # the host stopped until the GPU was done
+    waits_ms: float  # the host's time blocked in them
     reads: float  # .item()-style reads of a GPU value
     device_ms: float  # the GPU's kernels, summed
     micro_batch_ms: float  # the timed steps' median wall time over grad_accum
@@ -445,7 +446,7 @@ def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str
         first, speeds = mine[0], [d["timing"]["tokens_per_s"] for d in mine]
         c = first["counts"]
         found[variant] = HostCount(
-            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["item"],
+            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"], c["item"],
             c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
             statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
             min(speeds), max(speeds), first["allocated_gib"], tuple(first["losses"]), first["date"], first["env"])

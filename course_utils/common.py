@@ -178,3 +178,23 @@ def lock_path(target: Path) -> Path:
     """The lock beside a file or folder: its whole name + '.lock' (with_suffix would cut 'random-llama-3.1-8b'
     at '.1-8b', so that every Llama 3 preset shared one lock)."""
     return target.parent / f"{target.name}.lock"
+
+
+@contextlib.contextmanager
+def native_stderr_off():
+    """Nothing that C++ code writes to the process's stderr (file descriptor 2) while inside: torch 2.13's profiler
+    writes two "USDT ... profiler_start/stop" lines there each time it runs, which a notebook shows in red. Python's
+    own warnings and errors are not affected. Used in notebook 09 around torch.profiler."""
+    import sys
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)

@@ -210,5 +210,4 @@ def fuse_lora(model) -> str:
     if not lora and not plain:
         raise RecipeError("fused_lora=True needs a 4-bit model (load_in_4bit=True): this one has no bitsandbytes "
                           "Linear4bit layers. Set fused_lora=False or load_in_4bit=True.")
-    return (f"fused LoRA: {lora} 4-bit linears with their adapter and {plain} without one, each one autograd "
-            "function (fused_lora.py)")
+    return f"fused LoRA: {lora} 4-bit linears with their adapter, {plain} without, one autograd function each"

@@ -116,3 +116,13 @@ def test_the_deadline_counts_from_the_start_of_the_check(tmp_path, monkeypatch):
     assert main(["--out", str(tmp_path / "out.jsonl"), "--notebooks", "01", "--cores", "0", "--deadline", "100",
                  "--home", str(tmp_path / "home")]) == 0
     assert len(limits) == 1 and limits[0] <= 100 - 1.5
+
+
+def test_image_bound_packages_take_the_version_the_gpu_image_can_import():
+    """transformers 5.25 needs huggingface_hub >= 2.4, which the GPU image lacks: whatever this environment has, the
+    wheel is VERSIONS' (a device call of 2026-12-07 stopped at `import transformers`)."""
+    import importlib.metadata
+
+    w = _script("device_wheels")
+    assert w["pinned"]("transformers") == f"transformers=={w['VERSIONS']['transformers']}"
+    assert w["pinned"]("trl") == f"trl=={importlib.metadata.version('trl')}"  # the others follow this environment

@@ -43,10 +43,16 @@ WIDGET_DEPS = ("comm", "traitlets", "ipython", "ipython_pygments_lexers", "jedi"
                "pexpect", "ptyprocess", "prompt_toolkit", "wcwidth", "stack_data", "executing", "asttokens",
                "pure_eval", "widgetsnbextension", "jupyterlab_widgets")
 BNB_KEEP = ("libbitsandbytes_cpu", "libbitsandbytes_cuda130")  # the GPU machine's CUDA is 13.0
+# taken at VERSIONS' version whatever this environment has: transformers >= 5.25 requires huggingface_hub >= 2.4
+# (and its httpx2), which the GPU image (huggingface_hub 1.33) lacks; on 2026-12-07 that stopped a device call at import
+IMAGE_BOUND = ("transformers",)
 
 
 def pinned(name: str) -> str:
-    """name==version: this environment's version where it has the package, else VERSIONS'; else the newest."""
+    """name==version: this environment's version where it has the package, else VERSIONS'; else the newest
+    (IMAGE_BOUND: VERSIONS' always)."""
+    if name in IMAGE_BOUND:
+        return f"{name}=={VERSIONS[name]}"
     try:
         return f"{name}=={importlib.metadata.version(name)}"
     except importlib.metadata.PackageNotFoundError:

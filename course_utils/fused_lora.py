@@ -1,8 +1,8 @@
 """Recipe(fused_lora=True): each 4-bit linear, with its LoRA adapter, as one autograd function (issue 31).
 
 At micro-batch 1 an 8B QLoRA step is bound by the host: Python dispatches operator after operator while the GPU
-idles (scripts/gpu/count_launches.py counted 28,000 operator calls per two micro-batches for ours, 4,400 for Unsloth,
-with the same GPU work). Much of it is one projection's stack of modules and ops, run three times per micro-batch
+idles (scripts/gpu/count_launches.py counted 28,000 operator calls per micro-batch for ours, 4,400 for Unsloth, with
+the same GPU work). Much of it is one projection's stack of modules and ops, run three times per micro-batch
 (forward, recomputation, backward):
 
 - peft's `lora.Linear4bit.forward`: the base layer, `result.clone()`, dropout, lora_A, lora_B, a multiply by the
@@ -23,8 +23,8 @@ disabled adapters, a bias on the base layer.
 
 The idea and its shape are Unsloth's (`unsloth/kernels/fast_lora.py`, Apache-2.0: fused LoRA functions whose
 backward computes the adapter gradients with `addmm`), written again here for peft's modules, one projection at a
-time; nothing is copied. Taught in notebook 09 (beyond the recipe); measured on the H200 in
-course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl.
+time; nothing is copied. Taught in notebook 09 (beyond the recipe), on a CPU; its GPU run
+(scripts/gpu/logs/fused-20261207/job.sh: counts beside ours and Unsloth, the T4 profile, 16 x 1) is not shipped yet.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,8 +186,6 @@ def native_stderr_off():
     """Nothing that C++ code writes to the process's stderr (file descriptor 2) while inside: torch 2.13's profiler
     writes two "USDT ... profiler_start/stop" lines there each time it runs, which a notebook shows in red. Python's
     own warnings and errors are not affected. Used in notebook 09 around torch.profiler."""
-    import sys
-
     sys.stderr.flush()
     saved = os.dup(2)
     try:

@@ -151,3 +151,12 @@ def no_training(monkeypatch):
     monkeypatch.setattr(measure_mod, "_run_child", refuse)
     monkeypatch.setattr(measure_mod, "run_here", refuse)
     return started
+
+
+@pytest.fixture
+def bf16_anywhere(monkeypatch):
+    """The course refuses bf16 on a CPU without AVX512-BF16 (slow there, not wrong): tests of what bf16 keeps or
+    computes run on any CPU with the refusal patched away."""
+    import course_utils.machine
+
+    monkeypatch.setattr(course_utils.machine, "bf16_supported", lambda: True)

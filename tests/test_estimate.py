@@ -307,13 +307,9 @@ def test_every_name_imported_from_the_estimator_is_there():
 @pytest.mark.parametrize("kw", [dict(precision="fp32"), dict(precision="fp32", gradient_checkpointing=True),
                                 dict(precision="bf16", load_in_4bit=True, prepare_kbit=True)],
                          ids=["fp32", "fp32 ckpt", "4-bit bf16, fp32 upcast"])
-def test_without_dropout_lora_keeps_each_shared_input_once_to_the_byte(kw, monkeypatch):
+def test_without_dropout_lora_keeps_each_shared_input_once_to_the_byte(kw, bf16_anywhere):
     """lora_dropout=0: q/k/v (and gate/up) read one tensor, kept once unless a cast copies it for each (the upcast's
     fp32 norm output under bf16 autocast); o_proj's input is the attention's output."""
-    import course_utils.machine
-
-    # the course refuses bf16 on a CPU without AVX512-BF16 (slow there, not wrong); the bytes kept do not depend on it
-    monkeypatch.setattr(course_utils.machine, "bf16_supported", lambda: True)
     from course_utils.estimate import estimate
     from course_utils.child import run_here
     from course_utils.recipe import Recipe

@@ -90,11 +90,7 @@ def train(recipe):
 @pytest.mark.parametrize("kw", [{}, {"gradient_checkpointing": True}, {"lora_dropout": 0.0},
                                 {"precision": "bf16", "gradient_checkpointing": True}],
                          ids=["dropout", "checkpointing", "no dropout", "bf16 (the GPU's), checkpointing"])
-def test_training_is_the_same_and_keeps_the_same_bytes(tiny_model, kw, monkeypatch):
-    import course_utils.machine
-
-    # the course refuses bf16 on a CPU without AVX512-BF16 (slow there, not wrong); the arithmetic does not depend on it
-    monkeypatch.setattr(course_utils.machine, "bf16_supported", lambda: True)
+def test_training_is_the_same_and_keeps_the_same_bytes(tiny_model, kw, bf16_anywhere):
     plain = train(RECIPE.with_(**kw))
     fused = train(RECIPE.with_(fused_lora=True, **kw))
     assert fused.losses == pytest.approx(plain.losses, rel=1e-5 if RECIPE.with_(**kw).precision == "fp32" else 1e-3)

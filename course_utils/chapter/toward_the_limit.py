@@ -391,7 +391,7 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
     return found[-1]
 
 
-# --- the host's work per micro-batch (issue 31; taught in notebook 09) -------------------------------------------------
+# --- the host's work per micro-batch (issue 31; taught in notebook 09) ----------------------------------------------
 # scripts/gpu/count_launches.py's variants, in the order a table shows them, with the names it shows
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "unsloth": "Unsloth"}
@@ -411,7 +411,6 @@ class HostCount:
     launches: float  # kernel launch calls (runtime and driver)
     waits: float  # the host stopped until the GPU was done
     waits_ms: float  # the host's time blocked in them
-    reads: float  # .item()-style reads of a GPU value
     device_ms: float  # the GPU's kernels, summed
     micro_batch_ms: float  # the timed steps' median wall time over grad_accum
     layer_host_ms: float  # the host's time inside one decoder layer's forward
@@ -419,7 +418,6 @@ class HostCount:
     tokens_per_s_low: float
     tokens_per_s_high: float
     allocated_gib: float
-    losses: tuple
     date: str
     env: dict
 
@@ -446,10 +444,10 @@ def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str
         first, speeds = mine[0], [d["timing"]["tokens_per_s"] for d in mine]
         c = first["counts"]
         found[variant] = HostCount(
-            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"], c["item"],
+            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"],
             c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
             statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
-            min(speeds), max(speeds), first["allocated_gib"], tuple(first["losses"]), first["date"], first["env"])
+            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"])
     return found
 
 
@@ -460,9 +458,9 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     ours = counts.get("ours")
     body = []
     for h in counts.values():
-        body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms,
-                     h.layer_host_ms, h.tokens_per_s, f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run",
-                     h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
+        spread = f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run"
+        body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.layer_host_ms,
+                     h.tokens_per_s, spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
     first = next(iter(counts.values()))
     v = first.env.get("versions", {})
     title = (f"Per micro-batch of 512 tokens at 1 x 16 (ours: \"{(ours or first).label}\"), "

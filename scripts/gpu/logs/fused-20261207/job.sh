@@ -28,7 +28,7 @@ taskset -c 12-15 python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --lo
     --jobs 09:small,10:small --parallel 2 --cores 2 --timeout 560 > $OUTD/t4check.log 2>&1 &
 T4PID=$!
 taskset -c 0-11 python3 scripts/gpu/count_launches.py --out $OUTD/counts.jsonl --tables $OUTD --run-id counts-$DAY-fused \
-    --steps 5 --window 2 --timeout 300 --variants ours-fused,ours,unsloth,ours,ours-fused > $OUTD/counts.log 2>&1
+    --steps ${STEPS:-5} --window 2 --timeout 300 --variants ${VARIANTS:-ours-fused,ours,unsloth,ours,ours-fused} > $OUTD/counts.log 2>&1
 echo "A: count_launches exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts.log
 COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
     --out $OUTD/fused-t4.jsonl --run-id fused-t4-$DAY > $OUTD/fused-t4.log 2>&1

@@ -15,11 +15,14 @@ into an `addmm`; its backward dequantizes again and computes the input's and the
 linear without an adapter (the MLP's, when LoRA targets attention only) gets the same without the LoRA part.
 
 What it keeps the same, and tests/test_fused_lora.py checks on a CPU: the outputs and gradients of every projection
-(to float rounding: the scaling is applied inside the matmul), the random dropout masks (drawn the way
-`torch.nn.functional.dropout` draws them), and the tensors kept for backward, byte for byte (the dropout mask,
-lora_A's input and lora_A's output, as peft keeps them), so the memory estimate does not change. What it does not
-support falls back to peft's forward, per module: DoRA and other LoRA variants, several active adapters, merged or
-disabled adapters, a bias on the base layer.
+(to float rounding: the scaling is applied inside the matmul) and the random dropout masks (drawn the way
+`torch.nn.functional.dropout` draws them). What it keeps for backward is less: the mask and lora_A's output, as
+peft, but lora_A's input before the dropout, dropped out again in the backward from the mask, where peft keeps a
+dropped-out copy for each linear. q, k and v read one tensor, so it is kept once (gate and up likewise), and o_proj's
+is the attention's output, which the attention keeps anyway: without dropout peft shares them so too. The estimator
+counts it (estimate/activations.py, lora_piece), to the byte on a CPU. What it does not support falls back to peft's
+forward, per module: DoRA and other LoRA variants, several active adapters, merged or disabled adapters, a bias on
+the base layer.
 
 The idea and its shape are Unsloth's (`unsloth/kernels/fast_lora.py`, Apache-2.0: fused LoRA functions whose
 backward computes the adapter gradients with `addmm`), written again here for peft's modules, one projection at a
@@ -94,9 +97,11 @@ class LoRA4bit(torch.autograd.Function):
                 xl = _as(x2, lora_dtype)
             else:
                 xl = x2
-            kept = None
+            kept, undropped = None, xl
             if p > 0:
                 xl, kept = _dropout(xl, p)
+            # lora_A's input is then the undropped one, dropped out again in the backward, where the mask is kept anyway
+            redrop = p > 0 and xl.dtype == lora_dtype and ctx.needs_input_grad[0]
             xl = _as(xl, lora_dtype)
             a, b = _as(lora_a, lora_dtype), _as(lora_b, lora_dtype)
             xa = xl @ a.t()
@@ -104,14 +109,19 @@ class LoRA4bit(torch.autograd.Function):
                 y = y.addmm_(xa, b.t(), alpha=scaling)
             else:
                 y = y + _as((xa @ b.t()) * scaling, y.dtype)
-        # kept for backward: what peft keeps (the dropout's mask, lora_A's input and output), nothing of the base
-        ctx.save_for_backward(kept if ctx.needs_input_grad[0] else None, xl, xa, lora_a, lora_b)
-        ctx.base, ctx.scaling, ctx.p, ctx.x_dtype = base, scaling, p, x.dtype
+        # kept for backward: the dropout's mask and lora_A's output, as peft keeps them, and lora_A's input before the
+        # dropout, which q, k and v (gate and up) share, where peft keeps one dropped-out copy per linear; nothing of
+        # the base. (Where a cast follows the dropout, the cast copy, as peft.)
+        ctx.save_for_backward(kept if ctx.needs_input_grad[0] else None, undropped if redrop else xl, xa,
+                              lora_a, lora_b)
+        ctx.base, ctx.scaling, ctx.p, ctx.x_dtype, ctx.redrop = base, scaling, p, x.dtype, redrop
         return y.view(*x.shape[:-1], y.shape[-1])
 
     @staticmethod
     def backward(ctx, grad):
         kept, xl, xa, lora_a, lora_b = ctx.saved_tensors
+        if ctx.redrop:  # the dropped-out input again, from the kept mask: the very values the forward used
+            xl = _undo_dropout(xl, kept, ctx.p)
         base, s = ctx.base, ctx.scaling
         shape = grad.shape
         g = grad.reshape(-1, shape[-1])

@@ -384,8 +384,7 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}", min_cc=(8, 0),
               cuda_only="runs fp32 matmuls on TF32 tensor cores (Ampere: A100, RTX 30xx, L4, and later)"),
     Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
-    Technique(("fused_lora",), "fused LoRA", "beyond", needs=(("load_in_4bit", True),),
-              memory=f"a speed knob (operators per projection): {_SPEED}, it keeps what peft keeps"),
+    Technique(("fused_lora",), "fused LoRA", "beyond", needs=(("load_in_4bit", True),)),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

@@ -73,27 +73,33 @@ def lora_piece(x: Setup, first_layer: bool = False, only: tuple[str, ...] | None
     Without dropout (lora_dropout=0: peft's Identity) lora_A's input is the base linear's own input, the very
     tensor when nothing casts it (LoRA weights, and for q/k/v and gate/up the norm's output, in the matmuls'
     dtype): q, k and v read one, kept once; gate and up another; o_proj's is the attention's output, which the
-    fused kernels keep already (the math kernel copies it first). Measured to the byte on a CPU (tests/test_estimate.py)
+    fused kernels keep already (the math kernel copies it first). Fused LoRA shares them so with dropout too, and
+    keeps the masks. Measured to the byte on a CPU (tests/test_estimate.py, tests/test_fused_lora.py)
     and on the H200 (course_utils/reference/beyond/tries/: 16x1, 192 MiB less than each linear keeping its own)."""
     recipe, c, r, d = x.recipe, x.dtypes.compute, x.recipe.lora_r, x.dtypes
     total, parts, kept = 0, [], set()
     shapes = [(n, i, o) for n, i, o in lora_shapes(recipe, x.shapes) if only is None or n in only]
     # the very tensor, only when nothing casts it on the way to lora_A: autocast (a norm output in another dtype
-    # than the matmuls') or peft (LoRA weights in another dtype than the input) makes a copy per linear
-    uncast = recipe.lora_dropout == 0 and d.lora == c
+    # than the matmuls') or peft (LoRA weights in another dtype than the input) makes a copy per linear. Fused LoRA
+    # (course_utils/fused_lora.py) keeps lora_A's input before the dropout where the mask is kept anyway (the
+    # layer's input needs a gradient), and drops it out again in the backward: shared as without dropout
+    fused = recipe.fused_lora and recipe.load_in_4bit
     for name, i, _ in shapes:
         has_mask = recipe.lora_dropout > 0 and not (first_layer and name in ATTENTION_INPUTS)
         m = d.mask if has_mask else 0
+        uncast = (recipe.lora_dropout == 0 or (fused and has_mask)) and d.lora == c
         source = SAME_INPUT.get(name, name)
         shared = uncast and ((source in kept and d.norm_out == c) or (name == "o_proj" and x.kernel != "math"))
         kept.add(source)
-        total += (0 if shared else i * (c + m)) + r * c
-        parts.append(f"{r} x {c}" if shared else f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
+        total += (i * m if shared else i * (c + m)) + r * c
+        parts.append((f"{i} x {m} + " if shared and m else "") + f"{r} x {c}" if shared else
+                     f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
     counted = {p: parts.count(p) for p in dict.fromkeys(parts)}  # identical modules once, with a count
     arithmetic = " + ".join(p if n == 1 else f"{n} x ({p})" for p, n in counted.items())
     names = ", ".join(n for n, _, _ in shapes)
-    what = ("dropout mask, lora_A input and output" if recipe.lora_dropout > 0 else
-            "lora_A input and output; no dropout: inputs the linears share, or the attention keeps, counted once")
+    what = ("lora_A input and output; no dropout: inputs the linears share, or the attention keeps, counted once"
+            if recipe.lora_dropout == 0 else "dropout mask, lora_A input and output" if not fused else
+            "dropout mask, lora_A output and input before the dropout (fused: inputs shared, counted once)")
     return Piece(f"LoRA ({names}): {what}", total, arithmetic + " B")
 
 

@@ -120,7 +120,7 @@ class LoRA4bit(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         kept, xl, xa, lora_a, lora_b = ctx.saved_tensors
-        if ctx.redrop:  # the dropped-out input again, from the kept mask: the very values the forward used
+        if ctx.redrop:  # the dropped-out input again, from the kept mask and the same scale
             xl = _undo_dropout(xl, kept, ctx.p)
         base, s = ctx.base, ctx.scaling
         shape = grad.shape

@@ -10,7 +10,8 @@
 #    profile (t4_check.py, 2 cores each of 12-15: memory and running at all; the device time did not allow them apart);
 # C: fused LoRA under the T4 profile in fp16, for memory and for running at all (--set fused-t4);
 # B: 16 x 1, ours and ours + fused LoRA, Unsloth beside them (beyond_recipe.py --set fused, the 16 x 1 pair).
-# STEPS and VARIANTS shorten A, NO_T4=1 leaves T out, OUTD=$OUT/x writes straight into a call's $OUT.
+# STEPS and VARIANTS shorten A, NO_T4=1 leaves T out, PARTS (default "A C B") picks the parts and their order,
+# OUTD=$OUT/x writes straight into a call's $OUT.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -25,19 +26,25 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 COURSE_H
   python3 -c "import transformers, huggingface_hub; print('transformers', transformers.__version__, 'hub', huggingface_hub.__version__)"; \
   } >> $OUTD/install.log 2>&1 || { echo "the course's stack does not import: see install.log"; exit 1; }
 DAY=$(date -u +%Y%m%d)
-T4PID=
+T4PID=  # T, from the start, beside the parts
 [ -n "${NO_T4:-}" ] || { taskset -c 12-15 python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4logs \
     --home /tmp/t4home --jobs 09:small,10:small --parallel 2 --cores 2 --timeout 560 > $OUTD/t4check.log 2>&1 & T4PID=$!; }
+partA() {
 taskset -c 0-11 python3 scripts/gpu/count_launches.py --out $OUTD/counts.jsonl --tables $OUTD --run-id counts-$DAY-fused \
     --steps ${STEPS:-5} --window 2 --timeout 300 --variants ${VARIANTS:-ours-fused,ours,unsloth,ours,ours-fused} > $OUTD/counts.log 2>&1
 echo "A: count_launches exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts.log
-COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
+}
+partC() {
+COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 taskset -c 0-11 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
     --out $OUTD/fused-t4.jsonl --run-id fused-t4-$DAY > $OUTD/fused-t4.log 2>&1
 echo "C: beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused-t4.log
-[ -z "$T4PID" ] || wait $T4PID
-echo "T: t4_check exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4check.log
-python3 scripts/gpu/beyond_recipe.py --set fused --steps 6 --timeout 300 --peers unsloth --peer-batches 16x1 \
+}
+partB() {
+taskset -c 0-11 python3 scripts/gpu/beyond_recipe.py --set fused --steps 6 --timeout 300 --peers unsloth --peer-batches 16x1 \
     --only 'fast, embeddings + activations on CPU (16x1)' \
     --only 'fast, embeddings + activations on CPU (16x1), fused LoRA' \
     --out $OUTD/fused.jsonl --run-id fused-$DAY > $OUTD/fused.log 2>&1
 echo "B: beyond_recipe fused exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused.log
+}
+for part in ${PARTS:-A C B}; do part$part; done
+[ -z "$T4PID" ] || { wait $T4PID; echo "T: t4_check exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4check.log; }

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     import unsloth  # noqa: F401
     from transformers import AutoTokenizer
 
-    from course_utils.child import _startup_s
+    from course_utils.child import _startup_s, check_sane
     from course_utils.results import ResultStore
 
     startup, t0 = _startup_s(), time.perf_counter()  # as measure.py: start-up (imports), then the run itself
@@ -286,9 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if status == "ok" and not probe.tokens:
         raise SystemExit(f"{recipe.label}: the probe saw no forward pass of the trainer's model, so no tokens/s; "
                          "nothing was stored. Unsloth's trainer must call the model it was given.")
-    check = getattr(sys.modules["course_utils.measure"], "check_sane", None)  # where measure.py has one
-    if check is not None and status == "ok":
-        check(recipe, probe)
+    if status == "ok":
+        check_sane(recipe, probe)
     notes = run_notes(model, trainer) + [f"peer process: {shlex.join(['peer_unsloth.py'] + (argv or sys.argv[1:]))}",
                                          "no tensor-level tracking: peak_bytes is 0, the peaks are CUDA's"]
     m = to_measurement(recipe, env, probe, model, status, error, notes=notes, startup_s=startup,

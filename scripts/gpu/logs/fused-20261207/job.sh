@@ -41,7 +41,7 @@ echo "C: beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUT
 }
 partB() {
 taskset -c 0-11 python3 scripts/gpu/beyond_recipe.py --set fused --steps 6 --timeout 300 --peers unsloth --peer-batches 16x1 \
-    --only 'fast, embeddings + activations on CPU (16x1)' \
+    ${B_ONLY:---only 'fast, embeddings + activations on CPU (16x1)'} \
     --only 'fast, embeddings + activations on CPU (16x1), fused LoRA' \
     --out $OUTD/fused.jsonl --run-id fused-$DAY > $OUTD/fused.log 2>&1
 echo "B: beyond_recipe fused exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused.log

@@ -60,7 +60,7 @@ def test_an_unknown_variant_is_named(capsys):
     assert "no variant ['theirs']" in capsys.readouterr().err
 
 
-def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_removed():
+def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_and_fused_lora_removed():
     import json
 
     from course_utils.recipe import Recipe
@@ -71,7 +71,7 @@ def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_remov
     for d in runs:
         assert d["status"] == "ok" and d["run"] and d["date"] and d["command"].startswith("count_launches.py --child")
         env = d["env"]
-        assert env["device"] == "NVIDIA H200" and env["driver"] and env["cuda"] and env["versions"]["torch"]
+        assert env["device"] in ("NVIDIA H200", "NVIDIA H100 80GB HBM3") and env["driver"] and env["cuda"] and env["versions"]["torch"]
         if d["variant"] != "unsloth":
             assert Recipe.from_dict(d["recipe"]).key == d["recipe_key"]
             assert Recipe.from_dict(d["recipe"]).lean_host == d["variant"].endswith("-lean")
@@ -81,6 +81,11 @@ def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_remov
     assert lean["waits"] < ours["waits"] and lean["item"] < ours["item"]
     assert abs(lean["kernels"] - ours["kernels"]) <= 10  # the same work on the GPU
     assert by["ours"]["losses"] == by["ours-lean"]["losses"]  # the same training
+    fused = {d["variant"]: d for d in runs if d["run"] == "counts-20261207-fused"}
+    assert set(fused) == {"ours", "ours-fused", "unsloth"}
+    ours, mine = fused["ours"]["counts"], fused["ours-fused"]["counts"]
+    assert mine["aten_ops"] < 0.75 * ours["aten_ops"] and mine["kernels"] <= ours["kernels"]  # fewer operators
+    assert max(abs(a - b) for a, b in zip(fused["ours"]["losses"], fused["ours-fused"]["losses"])) < 0.05
 
 
 def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():

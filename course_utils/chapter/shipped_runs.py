@@ -163,9 +163,10 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     """The shipped GPU runs of scripts/gpu/beyond_recipe.py for `model` (empty when none ship): run="" is the
     20-step side-by-side run (source, lean, fast), run="explore" the one-change-at-a-time run, and
     run="plan-check" scripts/gpu/check_plan.py's run of the planner's picks, run="whole-steps" the source and the fast
-    recipe again after build() kept to whole optimizer steps (beyond/checks/, 8 steps), run="peer-run" our recipes
-    measured beside the peer in one run (they ship with the peer's runs, beyond/peers/ours-<model>.jsonl: apart
-    from the runs the estimator and the planner are checked on, which they repeat)."""
+    recipe again after build() kept to whole optimizer steps (beyond/checks/, 8 steps; CHECKS names the others
+    there), run="peer-run" our recipes measured beside the peer in one run (they ship with the peer's runs,
+    beyond/peers/ours-<model>.jsonl: apart from the runs the estimator and the planner are checked on, which they
+    repeat)."""
 
     if run == "peer-run":
         return shipped_results("beyond/peers", f"ours-{model}.jsonl")
@@ -174,8 +175,10 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
     return shipped_results("beyond", f"{run}-{model}.jsonl" if run else f"{model}.jsonl")
 
 
-# runs that check one thing again, kept in beyond/checks/: apart from the runs the estimator's accuracy counts
-CHECKS = ("whole-steps",)
+# runs that check one thing again, kept in beyond/checks/: apart from the runs the estimator's accuracy counts.
+# Issue 31's fused LoRA (scripts/gpu/logs/fused-20261207/, an H100): "fused" the 16 x 1 recipe without and with it,
+# "fused-peer" with it beside Unsloth (the peer's line in the same file), "fused-t4" the 1 x 16 one under the T4 profile
+CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4")
 
 
 def by_label(measurements: list) -> dict:

@@ -420,6 +420,7 @@ class HostCount:
     allocated_gib: float
     date: str
     env: dict
+    beside: str = ""  # what else ran on the GPU meanwhile, where the run's lines say
 
     @property
     def name(self) -> str:
@@ -447,8 +448,17 @@ def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str
             run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"],
             c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
             statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
-            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"])
+            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"], first.get("beside", ""))
     return found
+
+
+def _beside(counts: dict[str, HostCount]) -> str:
+    """What ran beside the variants on the GPU, where the run's lines say: '; ours and ... ran beside ...'."""
+    groups: dict[str, list[str]] = {}
+    for h in counts.values():
+        groups.setdefault(h.beside, []).append(h.name)
+    text = "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
+    return text + (f", {' and '.join(groups[''])} alone" if text and "" in groups else "")
 
 
 def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
@@ -466,7 +476,7 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     title = (f"Per micro-batch of 512 tokens at 1 x 16 (ours: \"{(ours or first).label}\"), "
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
-             "and highest")
+             "and highest" + _beside(counts))
     columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),

@@ -452,15 +452,6 @@ def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str
     return found
 
 
-def _beside(counts: dict[str, HostCount]) -> str:
-    """What ran beside the variants on the GPU, where the run's lines say: '; ours and ... ran beside ...'."""
-    groups: dict[str, list[str]] = {}
-    for h in counts.values():
-        groups.setdefault(h.beside, []).append(h.name)
-    text = "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
-    return text + (f", {' and '.join(groups[''])} alone" if text and "" in groups else "")
-
-
 def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     """host_counts(run) as a Table, each variant against ours of the same run: per micro-batch at 1 x 16, what the
     host dispatched and waited for, what the GPU worked, and what came of it."""
@@ -476,7 +467,10 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     title = (f"Per micro-batch of 512 tokens at 1 x 16 (ours: \"{(ours or first).label}\"), "
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
-             "and highest" + _beside(counts))
+             "and highest")
+    groups = {b: [h.name for h in counts.values() if h.beside == b] for b in {h.beside: 0 for h in counts.values()}}
+    title += "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
+    title += f", {' and '.join(groups[''])} alone" if len(groups) > 1 and "" in groups else ""  # what else used the GPU
     columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),

@@ -140,3 +140,51 @@ if __name__ == "__main__":
     chain = longest_chain()
     print(f"{len(chain)} modules (MAX_IMPORT_CHAIN {MAX_IMPORT_CHAIN}):",
           " -> ".join(m.removeprefix("course_utils.") for m in chain))
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines at its top level (functions, classes, assignments, imports)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
+            names |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)}  # lazily defined ones
+    return names
+
+
+def test_every_course_name_a_script_uses_exists():
+    """Scripts run where no test runs them (the GPU and device scripts only on a lent machine), so every course_utils
+    name they import (anywhere in them) or name in a string must exist: issue 28's codemod moved modules, and a stale
+    name surfaced only there (2026-12-07: peer_unsloth.py read check_sane from a module that no longer had it, which
+    stopped every peer run; here: run_notebook_code.py --skip-quiz looked for "course_utils.quiz")."""
+    mods = _modules()
+    missing = []
+    for script in sorted(p for p in (ROOT / "scripts").rglob("*.py") if "logs" not in p.parts):
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("course_utils") and not node.level:
+                if node.module not in mods:
+                    missing.append(f"{script.name}: {node.module}")
+                    continue
+                for a in node.names:
+                    if a.name != "*" and a.name not in _defined(mods[node.module]) \
+                            and f"{node.module}.{a.name}" not in mods:
+                        missing.append(f"{script.name}: {node.module}.{a.name}")
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and len(node.args) > 1 \
+                    and isinstance(node.args[0], ast.Subscript) and isinstance(node.args[0].slice, ast.Constant) \
+                    and isinstance(node.args[1], ast.Constant):  # getattr(sys.modules["course_utils.x"], "name")
+                module, name = node.args[0].slice.value, node.args[1].value
+                if str(module).startswith("course_utils") and name not in _defined(mods.get(module, script)):
+                    missing.append(f"{script.name}: {module}.{name}")
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and node.value.startswith("course_utils.") and not node.value.endswith(".") \
+                    and node.value.replace(".", "").replace("_", "").isalnum():
+                parent, _, last = node.value.rpartition(".")
+                if node.value not in mods and not (parent in mods and last in _defined(mods[parent])):
+                    missing.append(f"{script.name}: {node.value!r}")
+    assert not missing, missing

@@ -136,12 +136,6 @@ def test_the_census_catches_a_cycle_and_an_upward_import():
     assert cycles == [["course_utils.a", "course_utils.b"]] and depth == 1
 
 
-if __name__ == "__main__":
-    chain = longest_chain()
-    print(f"{len(chain)} modules (MAX_IMPORT_CHAIN {MAX_IMPORT_CHAIN}):",
-          " -> ".join(m.removeprefix("course_utils.") for m in chain))
-
-
 def _defined(path: Path) -> set[str]:
     """The names a module defines at its top level (functions, classes, assignments, imports)."""
     names = set()
@@ -188,3 +182,9 @@ def test_every_course_name_a_script_uses_exists():
                 if node.value not in mods and not (parent in mods and last in _defined(mods[parent])):
                     missing.append(f"{script.name}: {node.value!r}")
     assert not missing, missing
+
+
+if __name__ == "__main__":
+    chain = longest_chain()
+    print(f"{len(chain)} modules (MAX_IMPORT_CHAIN {MAX_IMPORT_CHAIN}):",
+          " -> ".join(m.removeprefix("course_utils.") for m in chain))

@@ -468,9 +468,11 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
              "and highest")
-    groups = {b: [h.name for h in counts.values() if h.beside == b] for b in {h.beside: 0 for h in counts.values()}}
+    groups: dict[str, list[str]] = {}  # what else used the GPU meanwhile: {what: the variants beside it}
+    for h in counts.values():
+        groups.setdefault(h.beside, []).append(h.name)
     title += "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
-    title += f", {' and '.join(groups[''])} alone" if len(groups) > 1 and "" in groups else ""  # what else used the GPU
+    title += f", {' and '.join(groups[''])} alone" if len(groups) > 1 and "" in groups else ""
     columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),

@@ -91,9 +91,12 @@ def lora_piece(x: Setup, first_layer: bool = False, only: tuple[str, ...] | None
         source = SAME_INPUT.get(name, name)
         shared = uncast and ((source in kept and d.norm_out == c) or (name == "o_proj" and x.kernel != "math"))
         kept.add(source)
-        total += (i * m if shared else i * (c + m)) + r * c
-        parts.append((f"{i} x {m} + " if shared and m else "") + f"{r} x {c}" if shared else
-                     f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
+        if shared:  # the mask only (where there is one), and lora_A's output
+            total += i * m + r * c
+            parts.append((f"{i} x {m} + " if m else "") + f"{r} x {c}")
+        else:
+            total += i * (c + m) + r * c
+            parts.append(f"{i} x ({c}{f' + {m}' if m else ''}) + {r} x {c}")
     counted = {p: parts.count(p) for p in dict.fromkeys(parts)}  # identical modules once, with a count
     arithmetic = " + ".join(p if n == 1 else f"{n} x ({p})" for p, n in counted.items())
     names = ", ".join(n for n, _, _ in shapes)

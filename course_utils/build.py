@@ -219,7 +219,8 @@ def sft_config(recipe: Recipe, precision: str, output_dir: str, config_class=Non
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         activation_checkpointing=recipe.gradient_checkpointing,  # transformers 5 name of gradient checkpointing
-        activation_checkpointing_kwargs={"use_reentrant": False} if recipe.gradient_checkpointing else None,
+        activation_checkpointing_kwargs={"use_reentrant": recipe.reentrant_checkpointing}  # False: the course's
+        if recipe.gradient_checkpointing else None,  # True: the first forward builds no graph (notebook 09)
         optim=recipe.optimizer,
         max_length=recipe.max_seq_length,
         packing=True,
@@ -261,7 +262,7 @@ def prepare_kbit_kwargs(recipe: Recipe) -> dict | None:
     # peft upcasts every non-quantized weight (embeddings, norms, lm_head) to fp32 here, and by
     # default turns on gradient checkpointing; we let the recipe decide that.
     return dict(use_gradient_checkpointing=recipe.gradient_checkpointing,
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+                gradient_checkpointing_kwargs={"use_reentrant": recipe.reentrant_checkpointing})
 
 
 @dataclass

@@ -181,9 +181,9 @@ def read_settings(model_id: str, settings: dict[str, Any], source: str, *, dtype
     ckpt = old_name if new_name is None else new_name  # transformers 5: the old name is an alias
     new_name, old_name = take("activation_checkpointing_kwargs", None), take("gradient_checkpointing_kwargs", None)
     ckpt_kwargs = new_name or old_name
-    if ckpt_kwargs and (ckpt_kwargs.get("use_reentrant") is True or set(ckpt_kwargs) - {"use_reentrant"}):
-        errors.append(f"activation_checkpointing_kwargs={ckpt_kwargs}: the course models non-reentrant checkpointing "
-                      "of every layer ({'use_reentrant': False})")
+    if ckpt_kwargs and set(ckpt_kwargs) - {"use_reentrant"}:
+        errors.append(f"activation_checkpointing_kwargs={ckpt_kwargs}: the course models checkpointing of every "
+                      "layer, reentrant or not ({'use_reentrant': False} or True)")
     max_length = take("max_length", 1024)
     if max_length is None:
         errors.append("max_length=None (no truncation): the memory depends on the longest example; give a length")
@@ -227,7 +227,8 @@ def read_settings(model_id: str, settings: dict[str, Any], source: str, *, dtype
         learning_rate=number(take("learning_rate", 2e-5), float), seed=take("seed", 42),
         prepare_kbit=prepare_kbit if load4 else Recipe.prepare_kbit, liger_kernels=bool(take("use_liger_kernel", False)),
         torch_compile=bool(take("torch_compile", False)), offload_activations=bool(take("activation_offloading", False)),
-        tf32=bool(tf32), label=f"from {source}")
+        tf32=bool(tf32), reentrant_checkpointing=(ckpt_kwargs or {}).get("use_reentrant") is True,
+        label=f"from {source}")
 
     multi = [n for n in s if n in MULTI_GPU and s[n] not in (None, "", [], {})]
     if multi:

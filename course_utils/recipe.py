@@ -71,9 +71,8 @@ def _rule_bool(help: str, later: bool = False) -> FieldRule:
                      help, later)
 
 
-# One table of every Recipe field: its type and its range or choices, its help, whether it came later. Recipe.validate()
-# checks each field against it before any process starts; the checks between fields (steps against warmup_steps,
-# 4-bit needs LoRA, the optimizer's name) follow in validate(). The techniques are in TECHNIQUES, below.
+# Every Recipe field's type, range or choices, help, and whether it came later: Recipe.validate() checks each before any
+# process starts, then the checks between fields (steps, 4-bit needs LoRA, ...). The techniques are in TECHNIQUES.
 FIELD_RULES: dict[str, FieldRule] = {
     "model": FieldRule(lambda v: isinstance(v, str) and bool(v.strip()),
                        "name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a local folder)", "text"),
@@ -114,17 +113,14 @@ FIELD_RULES: dict[str, FieldRule] = {
                       "be a whole number from 0 to 2**32 - 1 (numpy's range)", "whole",
                       "random seed of the data order and the LoRA initialization, 0 to 2**32 - 1"),
     "prepare_kbit": _rule_bool("peft's prepare_model_for_kbit_training on 4-bit models (the fp32 upcast)"),
-    "offload_embeddings": _rule_bool("keep the input embedding table in CPU memory and look tokens up there",
-                                     later=True),
+    "offload_embeddings": _rule_bool("keep the input embedding table in CPU memory and look tokens up there", True),
     "liger_kernels": _rule_bool("Liger's Triton kernels for RMSNorm, SwiGLU and RoPE (CUDA only)", later=True),
     "torch_compile": _rule_bool("compile the model with torch.compile", later=True),
-    "offload_activations": _rule_bool("trl's activation offloading: saved activations wait in CPU memory (CUDA only)",
-                                      later=True),
+    "offload_activations": _rule_bool("trl's activation offloading: saved activations in CPU memory (CUDA only)", True),
     "tf32": _rule_bool("fp32 matmuls on TF32 tensor cores (Ampere, compute capability 8.0, and later)", later=True),
-    "lean_host": _rule_bool("no host-GPU waits inside a micro-batch: trl's metrics read once per log, no NaN gate",
-                            later=True),
-    "fused_lora": _rule_bool("each 4-bit linear with its LoRA adapter as one autograd function (QLoRA only)",
-                             later=True),
+    "lean_host": _rule_bool("no host-GPU waits inside a micro-batch: metrics read once per log, no NaN gate", True),
+    "fused_lora": _rule_bool("each 4-bit linear with its LoRA adapter as one autograd function (QLoRA)", True),
+    "reentrant_checkpointing": _rule_bool("checkpointing's first forward builds no graph (use_reentrant)", True),
     "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
 }
 
@@ -172,6 +168,7 @@ class Recipe:
     tf32: bool = False  # fp32 matmuls on TF32 tensor cores (10-bit mantissa): Ampere (8.0) and later only
     lean_host: bool = False  # no host-GPU waits inside a micro-batch: metrics read once per log (lean_trainer.py)
     fused_lora: bool = False  # each 4-bit linear with its LoRA adapter as one autograd function (fused_lora.py)
+    reentrant_checkpointing: bool = False  # checkpointing's first forward without an autograd graph (use_reentrant)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -270,6 +267,10 @@ class Recipe:
             )
         if self.uses_lora and not self.lora_targets:
             raise RecipeError("lora_targets is empty; name the modules to adapt, e.g. ('q_proj', 'v_proj').")
+        if self.reentrant_checkpointing and self.offload_activations and self.gradient_checkpointing:
+            raise RecipeError("reentrant_checkpointing=True recomputes each layer inside the backward pass, where "
+                              "offload_activations=True would move the recomputed activations to CPU memory and back. "
+                              "Set one of them to False.")
         _check_optimizer(self.optimizer)
 
 
@@ -385,6 +386,7 @@ TECHNIQUES: tuple[Technique, ...] = (
               cuda_only="runs fp32 matmuls on TF32 tensor cores (Ampere: A100, RTX 30xx, L4, and later)"),
     Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
     Technique(("fused_lora",), "fused LoRA", "beyond", needs=(("load_in_4bit", True),)),
+    Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", needs=(("gradient_checkpointing", True),)),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

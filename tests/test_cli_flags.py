@@ -84,7 +84,7 @@ def test_each_run_flag_lands_in_its_field_and_nothing_else(name):
 def test_all_the_flags_at_once():
     base = C.estimate_base("tiny")
     changes, flags = {}, []
-    for name in C.FLAGS["estimate"]:
+    for name in set(C.FLAGS["estimate"]) - {"reentrant_checkpointing"}:  # refused with offload_activations
         changes[name], more = _other(name, getattr(base, name))
         flags += more
     assert _estimate(*flags) == base.with_(**changes)

@@ -117,12 +117,19 @@ def write(tmp_path, text: str) -> str:
     ("attn_implementation: eager\n", "attn_implementation=eager"),
     ("max_grad_norm: 1.0\nneftune_noise_alpha: 5\n", "neftune_noise_alpha=5"),
     ("fp16: true\nbf16: false\n", "dtype=bfloat16 with fp16 training"),
-    ("activation_checkpointing_kwargs: {use_reentrant: true}\n", "activation_checkpointing_kwargs"),
+    ("activation_checkpointing_kwargs: {use_reentrant: true, preserve_rng_state: false}\n",
+     "activation_checkpointing_kwargs"),
 ])
 def test_unmodelled_setting_is_one_error_naming_it(tmp_path, text, named):
     code, out, err = run("estimate", "--config", write(tmp_path, text))
     assert code == 2 and out == ""
     assert err.startswith("course: error: sft.yaml: ") and named in err and len(err.strip().splitlines()) == 1
+
+
+def test_reentrant_checkpointing_is_the_recipe_knob(tmp_path):
+    read = read_trl_config(write(tmp_path, "activation_checkpointing_kwargs: {use_reentrant: true}\n"))
+    assert read.recipe.reentrant_checkpointing and read.recipe.gradient_checkpointing
+    assert not read_trl_config(write(tmp_path, "")).recipe.reentrant_checkpointing
 
 
 def test_trl_defaults_are_trls(tmp_path):

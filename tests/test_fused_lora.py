@@ -166,3 +166,44 @@ def test_the_shipped_gpu_runs_show_what_the_text_says():
     t4 = beyond.reference(run="fused-t4")
     assert sorted(m.recipe_obj.fused_lora for m in t4) == [False, True] and all(m.fits for m in t4)
     assert all(m.env["device"].startswith("T4 profile") and m.precision == "fp16" for m in t4)
+
+
+def test_reentrant_checkpointing_trains_the_same_at_the_same_peak(tiny_model):
+    """Recipe(reentrant_checkpointing=True): each layer's first forward builds no autograd graph; the recomputation
+    in the backward pass builds it. The same losses and, on a CPU (its peak is the loss's), the same peak as
+    non-reentrant checkpointing."""
+    from course_utils.estimate import estimate
+
+    recipe = RECIPE.with_(gradient_checkpointing=True, fused_lora=True)
+    plain, reentrant = train(recipe), train(recipe.with_(reentrant_checkpointing=True))
+    assert reentrant.losses == pytest.approx(plain.losses, rel=1e-6)
+    assert reentrant.peak_bytes == plain.peak_bytes == estimate(reentrant.recipe_obj, hardware="cpu").peak_bytes
+    assert "reentrant ckpt" in reentrant.recipe_obj.describe() and reentrant.recipe_obj.key != recipe.key
+    with pytest.raises(RecipeError, match="reentrant_checkpointing=True recomputes .* Set one of them to False"):
+        recipe.with_(reentrant_checkpointing=True, offload_activations=True)
+
+
+def test_the_repeats_with_nothing_beside_show_what_the_text_says():
+    """The H100 runs of 2026-12-07 07:17-07:41 UTC (scripts/gpu/logs/repeats-20261207/): at 16 x 1, two runs with
+    Unsloth, each meeting the memory target with fused LoRA and missing the speed target; under the T4 profile in
+    fp16 the 1 x 16 recipe with fused LoRA and reentrant checkpointing runs, with the same losses as without it and
+    one hidden state more at its peak, as estimated."""
+    from course_utils.chapter import shipped_runs as beyond
+    from course_utils.chapter.toward_the_limit import PEER_MAX_MEMORY_RATIO, PEER_MIN_SPEEDUP
+    from course_utils.estimate import estimate
+
+    for run in ("fused-peer1", "fused-peer2"):
+        ms = beyond.reference(run=run)
+        assert len({m.run_id for m in ms}) == 1 and all(m.status == "ok" for m in ms)
+        peer = next(m for m in ms if m.label.startswith("Unsloth"))
+        fused = next(m for m in ms if m.recipe_obj.fused_lora)
+        assert fused.cuda_max_allocated <= PEER_MAX_MEMORY_RATIO * peer.cuda_max_allocated
+        assert fused.tokens_per_s < PEER_MIN_SPEEDUP * peer.tokens_per_s
+    t4 = beyond.reference(run="reentrant-t4")
+    assert [(m.recipe_obj.fused_lora, m.recipe_obj.reentrant_checkpointing) for m in t4] == \
+        [(False, False), (True, False), (True, True)]
+    assert all(m.fits and m.precision == "fp16" and m.env["device"].startswith("T4 profile") for m in t4)
+    assert t4[2].losses == t4[1].losses
+    # what reentrant checkpointing adds to the tracked peak (the recomputed layer's output) is the estimate's, to the byte
+    estimated = [estimate(m.recipe_obj, hardware="t4").peak_bytes for m in t4[1:]]
+    assert t4[2].peak_bytes - t4[1].peak_bytes == estimated[1] - estimated[0] == 512 * 4096 * 2

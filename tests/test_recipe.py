@@ -37,6 +37,7 @@ KNOB_CHANGES = {
     "tf32": True,
     "lean_host": True,
     "fused_lora": True,
+    "reentrant_checkpointing": True,
 }
 
 

@@ -177,8 +177,11 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
 
 # runs that check one thing again, kept in beyond/checks/: apart from the runs the estimator's accuracy counts.
 # Issue 31's fused LoRA (scripts/gpu/logs/fused-20261207/, an H100): "fused" the 16 x 1 recipe without and with it,
-# "fused-peer" with it beside Unsloth (the peer's line in the same file), "fused-t4" the 1 x 16 one under the T4 profile
-CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4")
+# "fused-peer" with it beside Unsloth (the peer's line in the same file), "fused-t4" the 1 x 16 one under the T4 profile;
+# their repeats with nothing else on the GPU (scripts/gpu/logs/repeats-20261207/, an H100): "fused-peer1" and
+# "fused-peer2" two runs of the 16 x 1 recipe without and with it beside Unsloth, "reentrant-t4" the 1 x 16 recipe,
+# + fused LoRA and + reentrant checkpointing under the T4 profile
+CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4", "fused-peer1", "fused-peer2", "reentrant-t4")
 
 
 def by_label(measurements: list) -> dict:

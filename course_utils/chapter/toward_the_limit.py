@@ -41,8 +41,7 @@ def shipped_runs(model: str = "llama-3.1-8b", run: str = "") -> list:
 def peer_table(ours: dict, peer: str = "unsloth") -> Table:
     """Our runs beside a peer's, as a Table: `ours` maps the peer's batching ("1x16", "16x1") to our measurements
     to set beside it. Allocated peak and tokens/s, and who is ahead on each."""
-    p = peers()[peer]
-    rows = []
+    p, rows = peers()[peer], []
     for run in p["runs"]:
         rows.append([f"{p['version']}, {run['batch']}", run["peak_allocated_gib"], run["tokens_per_s"], ""])
         for m in ours.get(run["batch"], []):
@@ -392,9 +391,10 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
 
 
 # --- the host's work per micro-batch (issue 31; taught in notebook 09) ----------------------------------------------
-# scripts/gpu/count_launches.py's variants, in the order a table shows them, with the names it shows
+# count_launches.py's variants, in the order a table shows them, with the names it shows ("+ reentrant": on fused LoRA)
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
-                 "ours-fused-lean": "+ fused LoRA + lean host", "unsloth": "Unsloth"}
+                 "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant": "+ reentrant",
+                 "unsloth": "Unsloth"}
 
 
 @dataclass(frozen=True)
@@ -433,9 +433,9 @@ def count_runs(model: str = "llama-3.1-8b") -> list[str]:
 
 
 def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str, HostCount]:
-    """The variants of count run `run` (the latest where None), by variant name, in HOST_VARIANTS' order."""
+    """The variants of count run `run` (where None: the latest with ours in it), by name, in HOST_VARIANTS' order."""
     lines = _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")
-    run = run or count_runs(model)[-1]
+    run = run or [d["run"] for d in lines if d["variant"] == "ours"][-1]
     ok = [d for d in lines if d["run"] == run and d.get("status") == "ok"]
     if not ok:
         raise KeyError(f"no finished count run {run!r}; there are: {count_runs(model)}")
@@ -464,7 +464,7 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
                      h.tokens_per_s, spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
     first = next(iter(counts.values()))
     v = first.env.get("versions", {})
-    title = (f"Per micro-batch of 512 tokens at 1 x 16 (ours: \"{(ours or first).label}\"), "
+    title = (f"Per micro-batch of 512 tokens at 1 x 16 ({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
              "and highest")

@@ -295,6 +295,17 @@ def recomputed_input(x: Setup) -> list[Term]:
                  f"{T} tokens x {h} x {r} B")]
 
 
+def reentrant_output(x: Setup) -> list[Term]:
+    """Reentrant checkpointing (notebook 09) holds the recomputed layer's output until that layer's backward ends,
+    where non-reentrant recomputation stops before computing it: one hidden state more, measured on the T4 profile
+    (reference/beyond/checks/reentrant-t4-llama-3.1-8b.jsonl: 4 MiB at 512 tokens in fp16, to the byte)."""
+    if not (x.recipe.reentrant_checkpointing and x.recipe.gradient_checkpointing):
+        return []
+    T, h, r = x.tokens, x.shapes.hidden, x.dtypes.residual
+    return [Term("temporaries", "the recomputed layer's output, held through its backward (reentrant)", T * h * r,
+                 f"{T} tokens x {h} x {r} B")]
+
+
 def attention_backward_temporaries(x: Setup) -> list[Term]:
     """The math kernel's backward in the last layer: per token, 8 bytes per [heads x seq] element beside the saved
     probabilities (in fp32 the probabilities' and the scores' gradients; in half precision the scores' gradient in

@@ -14,7 +14,7 @@ from course_utils.estimate.activations import (attention_backward_temporaries, e
                                                head_activation_terms, layer_activation_terms,
                                                layer_backward_temporaries, loss_backward_temporaries,
                                                loss_forward_extras, offloaded, optimizer_step_temporaries,
-                                               recomputed_input)
+                                               recomputed_input, reentrant_output)
 from course_utils.estimate.shapes import model_shapes, shapes_from_config
 from course_utils.estimate.terms import (BNB_PAGE_MIN, CATEGORIES, Setup, Term, attention_kernel, dtypes_for,
                                          gradient_terms, optimizer_terms, parameter_terms, trainable_tensors)
@@ -181,12 +181,12 @@ def candidate_moments(x: Setup) -> dict[str, list[Term]]:
         f"in the backward of the fused loss, {which}":
             static + (grads if accumulating else []) + layers + head + loss_backward_temporaries(x),
         f"in the backward of the last decoder layer, {which}":
-            static + later + layers + recomputed_input(x) + layer_backward_temporaries(x),
+            static + later + layers + recomputed_input(x) + reentrant_output(x) + layer_backward_temporaries(x),
         "in the optimizer step": static + grads + optimizer_step_temporaries(x),
     }
     if x.kernel == "math":
         moments[f"in the attention backward of the last decoder layer, {which}"] = (
-            static + later + layers + attention_backward_temporaries(x))
+            static + later + layers + reentrant_output(x) + attention_backward_temporaries(x))
     if x.full_ft and x.hardware.device == "cuda":
         moments[f"in the input embedding's backward, {which}"] = static + grads + embedding_backward_temporaries(x)
     return moments

@@ -58,7 +58,9 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
             src = src.with_(precision="fp16", label=src.label)
         p = beyond.path_from(src)
         fused = [r.with_(fused_lora=True, label=r.label + ", fused LoRA") for r in (p[3], p[6])]
-        return [p[3], fused[0]] if name == "fused-t4" else [p[3], fused[0], p[6], fused[1]]
+        # reentrant checkpointing at 1 x 16 only: the 16 x 1 recipe offloads activations, which it cannot go with
+        reentrant = fused[0].with_(reentrant_checkpointing=True, label=fused[0].label + ", reentrant ckpt")
+        return [p[3], fused[0], reentrant] + ([] if name == "fused-t4" else [p[6], fused[1]])
     if name == "explore":
         no_upcast = path[1]
         return path + [

@@ -12,6 +12,8 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   fp32 upcast, embeddings on CPU, Liger), built by course_utils.build as every measurement is;
 - "ours-lean": the same with Recipe(lean_host=True) (course_utils/lean_trainer.py);
 - "ours-fused": the same with Recipe(fused_lora=True) (course_utils/fused_lora.py), "ours-fused-lean" with both;
+- "ours-fused-reentrant": fused LoRA with Recipe(reentrant_checkpointing=True): each layer's first forward builds no
+  autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
   first on PYTHONPATH; the random-weight folder models.preset_path built).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
@@ -61,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the peer's child puts its own site directory first on PYTHONPATH, ROOT after it
     sys.path.append(str(ROOT))
 
-VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "unsloth")
+VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "unsloth")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -290,6 +292,8 @@ def ours_recipe(variant: str, model: str, steps: int):
     recipe = recipe.with_(steps=steps, warmup_steps=1, label=recipe.label)
     if variant.startswith("ours-fused"):
         recipe = recipe.with_(fused_lora=True, label=recipe.label + ", fused LoRA")
+    if variant.endswith("-reentrant"):
+        recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
     if variant.endswith("-lean"):
         recipe = recipe.with_(lean_host=True, label=recipe.label + ", lean host")
     return recipe

@@ -1,0 +1,53 @@
+#!/bin/bash
+# Issue 31, repeats with nothing else on the GPU: one detached job, run from a copy of the session's checkout (so
+# that later edits of the checkout do not reach its child processes) with the course's wheels (.whl,
+# scripts/device/device_wheels.py) and Unsloth's (.whl-unsloth, peer_wheels.py) carried, started and collected over
+# several device calls:
+#     python3 scripts/device/detached.py start --name rep --dir /tmp/jobs -- bash scripts/gpu/logs/repeats-20261207/job.sh
+#     python3 scripts/device/detached.py wait --name rep --dir /tmp/jobs --for 555; tar czf $OUT/rep.tgz -C /tmp/out .
+# In the order it runs, the most needed first:
+# A: the count table at 1 x 16, each variant twice, interleaved, each a fresh process: ours ("+ Liger kernels"),
+#    + fused LoRA, + fused LoRA + reentrant checkpointing, Unsloth 2026.10.9 (count_launches.py, one run id);
+# B1: 16 x 1, ours and ours + fused LoRA with Unsloth, in one run (beyond_recipe.py --set fused --peers unsloth);
+# C: under the T4 profile in fp16 at 1 x 16: ours, + fused LoRA, + reentrant checkpointing (--set fused-t4), for
+#    memory and for running at all;
+# B2: B1 again (a second run: the spread between runs at 16 x 1).
+# PARTS (default "A B1 C B2") picks the parts and their order; VARIANTS and STEPS change A.
+set -u
+T0=$(date +%s)
+OUTD=${OUTD:-/tmp/out}
+mkdir -p $OUTD
+rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > $OUTD/install.log 2>&1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/unsl-site .whl-unsloth/*.whl \
+    .whl/bitsandbytes-*.whl .whl/peft-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl >> $OUTD/install.log 2>&1
+echo "installs done after $(( $(date +%s) - T0 )) s" >> $OUTD/install.log
+export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 COURSE_HOME=/tmp/ch PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; git log --oneline -1 2>/dev/null; \
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
+  python3 -c "import transformers, huggingface_hub; print('transformers', transformers.__version__, 'hub', huggingface_hub.__version__)"; \
+  } >> $OUTD/install.log 2>&1 || { echo "the course's stack does not import: see install.log"; exit 1; }
+DAY=$(date -u +%Y%m%d)
+partA() {
+python3 scripts/gpu/count_launches.py --out $OUTD/counts.jsonl --tables $OUTD --run-id counts-$DAY-repeats \
+    --steps ${STEPS:-5} --window 2 --timeout 300 \
+    --variants ${VARIANTS:-ours-fused-reentrant,ours-fused,ours,unsloth,ours,ours-fused,ours-fused-reentrant,unsloth} \
+    > $OUTD/counts.log 2>&1
+echo "A: count_launches exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts.log
+}
+partB() {  # $1: 1 or 2
+python3 scripts/gpu/beyond_recipe.py --set fused --steps 6 --timeout 300 --peers unsloth --peer-batches 16x1 \
+    --only 'fast, embeddings + activations on CPU (16x1)' \
+    --only 'fast, embeddings + activations on CPU (16x1), fused LoRA' \
+    --out $OUTD/fused-peer-$1.jsonl --run-id fused-peer$1-$DAY > $OUTD/fused-peer-$1.log 2>&1
+echo "B$1: beyond_recipe fused exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused-peer-$1.log
+}
+partB1() { partB 1; }
+partB2() { partB 2; }
+partC() {
+COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
+    --out $OUTD/fused-t4.jsonl --run-id fused-t4-$DAY > $OUTD/fused-t4.log 2>&1
+echo "C: beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused-t4.log
+}
+for part in ${PARTS:-A B1 C B2}; do part$part; done
+echo "all parts done after $(( $(date +%s) - T0 )) s" >> $OUTD/install.log

@@ -132,3 +132,20 @@ def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
     assert tries.host_counts().keys() >= {"ours"}  # the README's table: the latest run with ours in it
     with pytest.raises(KeyError, match="no finished count run 'counts-nope'"):
         tries.host_counts("counts-nope")
+
+
+def test_host_costs_runs_on_a_cpu_and_says_what_it_left_out(tmp_path, capsys):
+    """scripts/gpu/host_costs.py (issue 31's next candidates, timed on a GPU): on a CPU the transformers and torch
+    cases run, F.rms_norm computes transformers' RMSNorm, and the CUDA-only cases say they are left out."""
+    import json
+
+    import host_costs
+
+    out = tmp_path / "costs.jsonl"
+    assert host_costs.main(["--calls", "2", "--rounds", "1", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "dequantize: left out" in text
+    assert float(text.split("largest difference ")[1].split()[0]) < 1e-5
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [d["case"] for d in lines] == ["rmsnorm transformers", "rmsnorm torch F.rms_norm", "rope transformers"]
+    assert all(d["host_us"] > 0 and d["gpu_us"] is None and d["device"] == "CPU" for d in lines)

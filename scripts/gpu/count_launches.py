@@ -39,8 +39,9 @@ blocked in the waits, per micro-batch, under the profiler.
 The profiler slows the host, so the profiled window is for counting only; times come from the timed steps.
 `--print-only --out FILE` prints the table of a file of these lines again, with each variant's tokens/s by process.
 
-Run on the H200 on 2026-12-03 (scripts/gpu/logs/counts-20261203/README.md) and with fused LoRA on an H100 on
-2026-12-07 (scripts/gpu/logs/fused-20261207/README.md), lines shipped in
+Run on the H200 on 2026-12-03 (scripts/gpu/logs/counts-20261203/README.md), with fused LoRA on an H100 on
+2026-12-07 (scripts/gpu/logs/fused-20261207/README.md) and with reentrant checkpointing, repeated, the same day
+(scripts/gpu/logs/repeats-20261207/README.md), lines shipped in
 course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl. Checked on a CPU with --model tiny (2026-12-03, torch
 2.13): the same counts of reads per micro-batch as tests/test_lean_trainer.py's (8 for ours, 1 with lean_host).
 """

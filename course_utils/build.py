@@ -44,8 +44,10 @@ def offload_input_embeddings(model) -> str | None:
     reads micro_batch x sequence rows of it (for Llama-3.1-8B, 4 MiB of its 1 GiB).
 
     The output is detached: the table does not train, and with non-reentrant checkpointing no
-    layer needs its input to require a gradient. Returns a note, or None when there is nothing to
-    move (the model already runs on the CPU)."""
+    layer needs its input to require a gradient (reentrant checkpointing does: the Trainer's
+    enable_input_require_grads hook, registered when training starts, runs after this one and sets it;
+    the GPU runs of 2026-12-07 trained as without it). Returns a note, or None when there is nothing
+    to move (the model already runs on the CPU)."""
     embedding = model.get_input_embeddings()
     head = model.get_output_embeddings()
     if head is not None and head.weight is embedding.weight:

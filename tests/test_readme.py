@@ -59,7 +59,7 @@ def test_readme_peer_table_is_the_shipped_peer_run():
 
 
 def test_readme_host_table_is_the_latest_shipped_count_run():
-    """Issue 31's count table: the latest run of scripts/gpu/count_launches.py, as shipped."""
+    """Issue 31's count table: the latest run of scripts/gpu/count_launches.py with ours in it, as shipped."""
     from course_utils.chapter import toward_the_limit
 
     assert block("host-table") == "```\n" + str(toward_the_limit.host_table()) + "\n```"

@@ -434,3 +434,15 @@ def test_the_peer_set_holds_the_issue_table_in_one_run():
     assert {f"{m}x{g}" for m, g in toward_the_limit.PEER_BATCHES} <= shapes  # ours at each of the peer's settings
     assert {r.tokens_per_step for r in recipes} == {recipes[0].tokens_per_step}
     assert "+ Liger kernels" in [r.label for r in recipes] and "lean recipe (4x4)" in [r.label for r in recipes]
+
+
+def test_the_picks_set_measures_the_planners_picks_with_and_without_the_host_changes():
+    """Issue 31's next GPU run: the planner's picks for 16 and 8 GiB, each alone, + fused LoRA, + reentrant
+    checkpointing, so that their speed at the picks' own micro-batches is measured before the planner offers them."""
+    from course_utils.estimate.planner import plan
+
+    script = runpy.run_path(str(ROOT / "scripts" / "gpu" / "beyond_recipe.py"), run_name="beyond_recipe")
+    recipes = script["recipe_set"]("picks", "llama-3.1-8b", 6)
+    for gib, (pick, fused, reentrant) in zip((16, 8), (recipes[:3], recipes[3:])):
+        assert pick == plan("llama-3.1-8b", f"{gib}GiB").pick.recipe.with_(steps=6, warmup_steps=1)
+        assert fused == pick.with_(fused_lora=True) and reentrant == fused.with_(reentrant_checkpointing=True)

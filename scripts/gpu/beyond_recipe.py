@@ -7,6 +7,7 @@ measured in one run, printed side by side with ratios against the source recipe 
     python scripts/gpu/beyond_recipe.py --set peer --steps 6 --peers unsloth --out run.jsonl  # issue 16's table, one run
     python scripts/gpu/beyond_recipe.py --set fused --peers unsloth --peer-batches 16x1 --out run.jsonl  # issue 31
     COURSE_PROFILE=t4 python scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --out t4.jsonl  # fp16, T4 profile
+    python scripts/gpu/beyond_recipe.py --set picks --steps 6 --out picks.jsonl  # planner picks, + fused
 
 Each recipe trains in a fresh process (course_utils.measure) on a random-weight preset built from
 its config (no download): warm-up step, one tracked step (peaks by category and CUDA's allocated
@@ -61,6 +62,15 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         # reentrant checkpointing at 1 x 16 only: the 16 x 1 recipe offloads activations, which it cannot go with
         reentrant = fused[0].with_(reentrant_checkpointing=True, label=fused[0].label + ", reentrant ckpt")
         return [p[3], fused[0], reentrant] + ([] if name == "fused-t4" else [p[6], fused[1]])
+    if name == "picks":  # issue 31: the planner's picks for 16 and 8 GiB, + fused LoRA, + reentrant checkpointing
+        from course_utils.estimate.planner import plan
+
+        out = []
+        for gib in (16, 8):
+            pick = plan(model, f"{gib}GiB").pick.recipe.with_(steps=steps, warmup_steps=1, label=f"pick for {gib} GiB")
+            fused = pick.with_(fused_lora=True, label=pick.label + ", fused LoRA")
+            out += [pick, fused, fused.with_(reentrant_checkpointing=True, label=fused.label + ", reentrant ckpt")]
+        return out
     if name == "explore":
         no_upcast = path[1]
         return path + [
@@ -78,7 +88,8 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
 def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="llama-3.1-8b")
-    parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore", "fused", "fused-t4"))
+    parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore", "fused", "fused-t4",
+                                                                    "picks"))
     parser.add_argument("--only", action="append", default=None, metavar="LABEL",
                         help="only the recipe of the set with this label (repeatable)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run (1 warm-up, 1 tracked)")

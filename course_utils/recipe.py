@@ -71,8 +71,7 @@ def _rule_bool(help: str, later: bool = False) -> FieldRule:
                      help, later)
 
 
-# Every Recipe field's type, range or choices, help, and whether it came later: Recipe.validate() checks each before any
-# process starts, then the checks between fields (steps, 4-bit needs LoRA, ...). The techniques are in TECHNIQUES.
+# Every Recipe field's type, range or choices, help, whether it came later: Recipe.validate() checks them (TECHNIQUES below)
 FIELD_RULES: dict[str, FieldRule] = {
     "model": FieldRule(lambda v: isinstance(v, str) and bool(v.strip()),
                        "name a model ('tiny', a preset such as 'llama-3.1-8b', a hub id or a local folder)", "text"),
@@ -385,8 +384,9 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("tf32",), "TF32", "beyond", memory=f"a speed knob (matmul precision): {_SPEED}", min_cc=(8, 0),
               cuda_only="runs fp32 matmuls on TF32 tensor cores (Ampere: A100, RTX 30xx, L4, and later)"),
     Technique(("lean_host",), "lean host", "beyond", memory=f"a speed knob (host-GPU waits): {_SPEED}"),
-    Technique(("fused_lora",), "fused LoRA", "beyond", needs=(("load_in_4bit", True),)),
-    Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", needs=(("gradient_checkpointing", True),)),
+    Technique(("fused_lora",), "fused LoRA", "beyond", planner=True, needs=(("load_in_4bit", True),)),
+    Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", planner=True,
+              needs=(("gradient_checkpointing", True),)),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

@@ -42,7 +42,10 @@ def test_candidate_grid():
     from course_utils.estimate.plan import EFFECTIVE_BATCH, candidate_recipes
 
     grid = candidate_recipes("llama-3.1-8b")
-    assert len(grid) == len({r.key for r in grid}) == 90 + 4 * 30  # notebook 09's 4 changes on the 30 4-bit ones
+    # notebook 09's changes on the 30 4-bit ones: 16 combinations with checkpointing, 8 without (reentrant
+    # checkpointing needs it)
+    assert len(grid) == len({r.key for r in grid}) == 90 + 15 * 16 + 15 * 8
+    assert all(r.gradient_checkpointing for r in grid if r.reentrant_checkpointing)
     assert len(candidate_recipes("llama-3.1-8b", tuned=False)) == 90
     assert len(candidate_recipes("llama-3.1-8b", precision="fp16")) == 90  # no upcast-free recipes in fp16
     assert all(r.effective_batch == EFFECTIVE_BATCH and r.max_seq_length == 512 for r in grid)
@@ -74,8 +77,8 @@ def test_speed_is_measured_where_a_reference_run_exists(plan_16):
     assert row.speed.tokens_per_s == ref("source chapter recipe (QLoRA 1x16)").tokens_per_s
     modelled = [r for r in plan_16.rows if not r.speed.measured]
     assert modelled and all(r.speed.tokens_per_s > 0 for r in modelled)
-    assert all(r.speed.basis.startswith(("model:", "measured with")) or "without the changes" in r.speed.basis
-               for r in modelled)
+    assert all(r.speed.basis.startswith(("model:", "measured with", "measured (")) or "without the changes" in
+               r.speed.basis for r in modelled)
 
 
 def test_plan_text_names_the_rule_and_the_pick(plan_16):
@@ -185,3 +188,14 @@ def test_check_plan_script_dry_run(capsys):
     assert check["main"](["--model", "llama-3.1-8b", "--budget", "16GiB", "--budget", "4GiB", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "pick" in out and "source" in out and "smallest (nothing fits)" in out
+
+
+def test_a_change_without_a_measured_pair_keeps_the_measured_speed_of_the_rest(plan_16):
+    """A tuned recipe starts from the measured recipe with the fewest of its changes left out: fused LoRA (no
+    measured pair at 16 x 1 among the reference runs) on the measured pick gets the pick's speed x1.00, and ranks
+    after it (measured first); it is picked only where its memory lets a faster recipe fit."""
+    pick = plan_16.pick
+    fused = next(r for r in plan_16.rows if r.recipe == pick.recipe.with_(fused_lora=True))
+    assert pick.speed.measured and not fused.speed.measured
+    assert fused.speed.tokens_per_s == pick.speed.tokens_per_s and "fused LoRA x1.00" in fused.speed.basis
+    assert fused.needed < pick.needed and plan_16.fitting.index(fused) > plan_16.fitting.index(pick)

@@ -96,8 +96,13 @@ def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned
                                       optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1)
                         out.append(base)
                         if four_bit and tuned and precision == "bf16":
-                            out += [base.with_(**t) for t in TUNINGS[1:]]
+                            out += [base.with_(**t) for t in TUNINGS[1:] if acts(base.with_(**t), t)]
     return out
+
+
+def acts(r: Recipe, changes: dict) -> bool:
+    """True when each change acts on `r` (reentrant checkpointing needs checkpointing): no candidate twice."""
+    return all(_TUNER[knob].on(r) for knob in changes)
 
 
 def is_tuned(r: Recipe) -> bool:
@@ -105,16 +110,16 @@ def is_tuned(r: Recipe) -> bool:
     return any(t.on(r) for t in _BEYOND)
 
 
-def tuning_factor(recipe: Recipe, refs: list) -> tuple[float, list[str]]:
-    """Tokens/s factor of a recipe's beyond-the-chapter changes over the same recipe without them: for each
-    change, the ratio of two measured runs that differ only in it (any optimizer), at the nearest measured
+def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KNOBS) -> tuple[float, list[str]]:
+    """Tokens/s factor of a recipe's beyond-the-chapter changes (those of `knobs`) over the same recipe without them:
+    for each change, the ratio of two measured runs that differ only in it (any optimizer), at the nearest measured
     micro-batch."""
     runs = [(m.recipe_obj, m.tokens_per_s) for m in refs if m.recipe["model"] == recipe.model]
     factor, parts = 1.0, []
     current = recipe
     for knob in reversed(TUNING_KNOBS):
         default = _TUNING_DEFAULT[knob]
-        if getattr(current, knob) == default:
+        if getattr(current, knob) == default or knob not in knobs:
             continue
         before = current.with_(**{knob: default})
         pairs = []
@@ -140,6 +145,7 @@ def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
     return same_setup(a, b, ignore=("micro_batch", "grad_accum", "optimizer"))
 
 
+_TUNER = {t.fields[0]: t for t in _TUNERS}
 _TUNING_SHORT = {t.fields[0]: t.short for t in _TUNERS}
 _TUNING_DEFAULT = {t.fields[0]: t.default for t in _TUNERS}
 
@@ -227,7 +233,17 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
     twin = next((m for m in usable if same_setup(m.recipe_obj, recipe, ignore=("optimizer",))), None)
     if twin is not None:  # the optimizers' speeds differ by less than the run-to-run noise (see the model below)
         return Speed(twin.tokens_per_s, f"measured with {twin.recipe['optimizer']} ({twin.label})", False)
-    if is_tuned(recipe):  # the same recipe without the changes, times their measured factors
+    if is_tuned(recipe):  # a measured recipe with the fewest of the changes left out, times their factors
+        on = [k for k in TUNING_KNOBS if _TUNER[k].on(recipe)]
+        for n in range(1, len(on)):
+            for off in itertools.combinations(on, n):
+                near = recipe.with_(**{k: _TUNING_DEFAULT[k] for k in off})
+                m = next((m for m in usable if same_setup(m.recipe_obj, near, ignore=("optimizer",))), None)
+                if m is not None:
+                    factor, parts = tuning_factor(recipe, usable, knobs=off)
+                    without = ", ".join(_TUNING_SHORT[k] for k in off)
+                    return Speed(m.tokens_per_s * factor, f"measured ({m.label}) without {without}"
+                                 + "".join("; " + p for p in parts), False)
         factor, parts = tuning_factor(recipe, usable)
         plain = recipe.with_(**{t.fields[0]: t.default for t in _BEYOND})
         base = speed_of(plain, [m for m in usable if not is_tuned(m.recipe_obj)])

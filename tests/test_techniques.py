@@ -87,7 +87,11 @@ def test_adding_a_technique_is_one_row_of_the_table(tmp_path):
     assert "a rung of the ladder" in got["run_left_out"]["use_dora"]
     assert "beyond the chapter's ladder" in got["run_left_out"]["fake_beyond"]
     assert ["use_dora"] in got["steps"] and ["fake_beyond"] in got["steps"]
-    assert got["tuning_knobs"][-1] == "fake_beyond" and got["tunings"] == 9 and got["tuned"]
+    from course_utils.estimate import plan
+
+    # the planner's grid: none, then the first knob (no upcast) with every combination of the others, one more now
+    assert got["tuning_knobs"][-1] == "fake_beyond" and got["tuned"]
+    assert got["tunings"] == 1 + 2 ** len(plan.TUNING_KNOBS)
     assert "use_dora=True" in got["same_as_above"] and "already in the rung above" in got["same_as_above"]
     assert got["cuda_only"].startswith("fake_beyond=True pins fake pages, which needs a CUDA GPU; this machine trains on")
     assert "fake_beyond" in got["beyond_knobs"] and "use_dora" not in got["beyond_knobs"]

@@ -101,10 +101,6 @@ def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_and_f
         assert min(d["timing"]["tokens_per_s"] for d in reentrant) > median
 
 
-def counts_names(counts) -> list[str]:
-    return [h.name for h in counts.values()]
-
-
 def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
     """tries.host_table (notebook 09): per count run, each variant's median over its processes, its range, and its
     ratio to ours of that run; the counts are the first process's."""
@@ -127,7 +123,8 @@ def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
             assert h.aten_ops == mine[0]["counts"]["aten_ops"] and h.allocated_gib == mine[0]["allocated_gib"]
         text = str(tries.host_table(run))
         assert run in text and next(iter(counts.values())).env["device"] in text
-        ratios = [line.split()[-2] for line in text.splitlines() if line.startswith(tuple(counts_names(counts)))]
+        names = tuple(h.name for h in counts.values())
+        ratios = [line.split()[-2] for line in text.splitlines() if line.startswith(names)]
         assert ratios[:1] == (["1.00"] if "ours" in counts else ["-"])
     assert tries.host_counts().keys() >= {"ours"}  # the README's table: the latest run with ours in it
     with pytest.raises(KeyError, match="no finished count run 'counts-nope'"):

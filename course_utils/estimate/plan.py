@@ -96,7 +96,7 @@ def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned
                                       optimizer=opt, max_seq_length=seq, steps=5, warmup_steps=1)
                         out.append(base)
                         if four_bit and tuned and precision == "bf16":
-                            out += [base.with_(**t) for t in TUNINGS[1:] if acts(base.with_(**t), t)]
+                            out += [r for t in TUNINGS[1:] if acts(r := base.with_(**t), t)]
     return out
 
 

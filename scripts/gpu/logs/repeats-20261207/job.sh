@@ -12,7 +12,11 @@
 # C: under the T4 profile in fp16 at 1 x 16: ours, + fused LoRA, + reentrant checkpointing (--set fused-t4), for
 #    memory and for running at all;
 # B2: B1 again (a second run: the spread between runs at 16 x 1).
-# PARTS (default "A B1 C B2") picks the parts and their order; VARIANTS and STEPS change A.
+# PARTS (default "A B1 C B2", what ran on 2026-12-07) picks the parts and their order; VARIANTS and STEPS change A.
+# For the next run (README.md here, "the next run"; not run yet), PARTS="H P1 P2":
+# H: the host's time per call of what remains (host_costs.py, about a minute);
+# P1, P2: the planner's 16 and 8 GiB picks, alone, + fused LoRA, + reentrant checkpointing (beyond_recipe.py --set
+#   picks), twice, for the spread (about 4 minutes each); then, in the session, check_plan.py for any changed pick.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -49,5 +53,12 @@ COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --
     --out $OUTD/fused-t4.jsonl --run-id fused-t4-$DAY > $OUTD/fused-t4.log 2>&1
 echo "C: beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused-t4.log
 }
+partH() { python3 scripts/gpu/host_costs.py --out $OUTD/host-costs.jsonl > $OUTD/host-costs.log 2>&1
+          echo "H: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/host-costs.log; }
+partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 300 --out $OUTD/picks-$1.jsonl \
+              --run-id picks$1-$DAY > $OUTD/picks-$1.log 2>&1
+          echo "P$1: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/picks-$1.log; }
+partP1() { partP 1; }
+partP2() { partP 2; }
 for part in ${PARTS:-A B1 C B2}; do part$part; done
 echo "all parts done after $(( $(date +%s) - T0 )) s" >> $OUTD/install.log

@@ -16,7 +16,8 @@
 # For the next run (README.md here, "the next run"; not run yet), PARTS="H P1 P2":
 # H: the host's time per call of what remains (host_costs.py, about a minute);
 # P1, P2: the planner's 16 and 8 GiB picks, alone, + fused LoRA, + reentrant checkpointing (beyond_recipe.py --set
-#   picks), twice, for the spread (about 4 minutes each); then, in the session, check_plan.py for any changed pick.
+#   picks), twice, for the spread (about 4 minutes each); then, in the session, check_plan.py for any changed pick;
+# T: notebooks 09 and 08 under the T4 profile (t4_check.py, two at once), run as PARTS="H P1 T P2".
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -58,6 +59,9 @@ partH() { python3 scripts/gpu/host_costs.py --out $OUTD/host-costs.jsonl > $OUTD
 partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 300 --out $OUTD/picks-$1.jsonl \
               --run-id picks$1-$DAY > $OUTD/picks-$1.log 2>&1
           echo "P$1: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/picks-$1.log; }
+partT() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 09:small,08:small \
+              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
+          echo "T: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partP1() { partP 1; }
 partP2() { partP 2; }
 for part in ${PARTS:-A B1 C B2}; do part$part; done

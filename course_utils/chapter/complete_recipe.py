@@ -222,25 +222,27 @@ def closing_07(first: Measurement, last: Measurement, reference, model: str) -> 
                    f"{fast.tokens_per_s / src.tokens_per_s:.1f}x faster.")
 
 
-def checks_table(model: str = "llama-3.1-8b") -> Table:
+def checks_table(model: str = "llama-3.1-8b", run: str = "plan-check-fused") -> Table:
     """scripts/gpu/check_plan.py's GPU run, as shipped, as a Table: each budget's pick measured beside the source
-    recipe of the same run (fits = reserved + the CUDA context share of the margin within the budget)."""
+    recipe of the same run (fits = reserved + the CUDA context share of the margin within the budget). run: the
+    newest check, of the planner's picks since fused LoRA's factor was measured ("plan-check": the first, on the H200)."""
 
     columns = [Column("budget", "GiB", ".1f"), Column("recipe", wrap=True), Column("estimate", "GiB", ".2f", short="est."),
                Column("allocated", "GiB", ".2f", short="alloc"), Column("reserved", "GiB", ".2f", short="rsrvd"),
                Column("tokens/s", fmt=",.0f"), Column("verdict")]
-    runs = reference(model, run="plan-check")
+    runs = reference(model, run=run)
     if not runs:
         return Table(columns, [], title=f"no planner check ships for {model}")
     source = next(m for m in runs if m.label.startswith("source"))
     pairs = []
+    by_budget: dict[float, list] = {}
     for m in runs:
-        if m is source:
-            continue
-        budget = float(re.search(r"([\d.]+) GiB", m.label).group(1))
-        for r in (m, source):
+        if m is not source:
+            by_budget.setdefault(float(re.search(r"([\d.]+) GiB", m.label).group(1)), []).append(m)
+    for budget, picks in by_budget.items():  # each budget's pick (and the pick without a change), then the source
+        for r in (*picks, source):
             verdict = ("fits" if fits_on_card(r.cuda_max_reserved, budget * GiB) else "does not fit") + (
-                f", {r.tokens_per_s / source.tokens_per_s:.1f}x the source recipe" if r is m else ", source recipe")
+                f", {r.tokens_per_s / source.tokens_per_s:.1f}x the source recipe" if r is not source else ", source recipe")
             pairs.append((budget, r, verdict))
     shared, names = common_parts([short_name(r.recipe_obj) for _, r, _ in pairs])
     rows = [(budget, name, estimate(r.recipe_obj).peak_gib, r.cuda_max_allocated / GiB, r.cuda_max_reserved / GiB,

@@ -180,8 +180,12 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
 # "fused-peer" with it beside Unsloth (the peer's line in the same file), "fused-t4" the 1 x 16 one under the T4 profile;
 # their repeats with nothing else on the GPU (scripts/gpu/logs/repeats-20261207/, an H100): "fused-peer1" and
 # "fused-peer2" two runs of the 16 x 1 recipe without and with it beside Unsloth, "reentrant-t4" the 1 x 16 recipe,
-# + fused LoRA and + reentrant checkpointing under the T4 profile
-CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4", "fused-peer1", "fused-peer2", "reentrant-t4")
+# + fused LoRA and + reentrant checkpointing under the T4 profile; "picks" two runs of the planner's 16 and 8 GiB picks,
+# + fused LoRA, + reentrant checkpointing (scripts/gpu/logs/repeats-20261207/run2/), and "plan-check-fused" check_plan.py's
+# run of the picks that fused LoRA's measured factor brought, each beside the same pick without it and the source recipe
+# (an H100: the planner takes its pairs' ratios, never its speeds, plan.tuning_factor)
+CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4", "fused-peer1", "fused-peer2", "reentrant-t4", "picks",
+          "plan-check-fused")
 
 
 def by_label(measurements: list) -> dict:

@@ -23,7 +23,7 @@ from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.machine import T4_CARD_GIB
 from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, same_setup
-from course_utils.results import all_reference_results, reference_results
+from course_utils.results import all_reference_results, reference_results, shipped_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 EFFECTIVE_BATCH = 16
@@ -112,9 +112,11 @@ def is_tuned(r: Recipe) -> bool:
 
 def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KNOBS) -> tuple[float, list[str]]:
     """Tokens/s factor of a recipe's beyond-the-chapter changes (those of `knobs`) over the same recipe without them:
-    for each change, the ratio of two measured runs that differ only in it (any optimizer), at the nearest measured
-    micro-batch."""
-    runs = [(m.recipe_obj, m.tokens_per_s) for m in refs if m.recipe["model"] == recipe.model]
+    for each change, the median ratio of pairs of runs that differ only in it (any optimizer), each pair measured in
+    one run (of `refs` and the shipped check runs, reference/beyond/checks), at the nearest measured micro-batch and
+    there from the pairs whose other changes differ least from the recipe's."""
+    runs = [(m.recipe_obj, m.tokens_per_s, (m.source, m.run_id)) for m in [*refs, *_check_runs()]
+            if m.recipe["model"] == recipe.model]
     factor, parts = 1.0, []
     current = recipe
     for knob in reversed(TUNING_KNOBS):
@@ -122,27 +124,40 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
         if getattr(current, knob) == default or knob not in knobs:
             continue
         before = current.with_(**{knob: default})
+        others = tuple(k for k in TUNING_KNOBS if k != knob)
         pairs = []
-        for r2, t2 in runs:
-            if getattr(r2, knob) == default or not _same_apart_from_batching(r2.with_(**{knob: default}), before):
+        for r2, t2, run2 in runs:
+            plain = r2.with_(**{knob: default})
+            if getattr(r2, knob) == default or not same_setup(plain, before, ignore=BATCHING + others):
                 continue
-            for r1, t1 in runs:
-                if r1.micro_batch == r2.micro_batch and getattr(r1, knob) == default and \
+            differ = sum(getattr(plain, k) != getattr(before, k) for k in others)
+            for r1, t1, run1 in runs:
+                if run1 == run2 and r1.micro_batch == r2.micro_batch and getattr(r1, knob) == default and \
                         same_setup(r1, r2, ignore=(knob,)):
-                    pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), t2 / t1, r1.micro_batch))
+                    pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), r1.micro_batch, differ, t2 / t1))
         if pairs:
-            _, ratio, mb = min(pairs)
+            near = min(pairs)[:3]
+            ratios = [ratio for *where, ratio in pairs if tuple(where) == near]
+            ratio = statistics.median(ratios)
             factor *= ratio
-            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {mb})")
+            runs_said = f", median of {len(ratios)} runs" if len(ratios) > 1 else ""
+            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {near[1]}{runs_said})")
         else:
             parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
         current = before
     return factor, parts
 
 
-def _same_apart_from_batching(a: Recipe, b: Recipe) -> bool:
-    """Same setup once micro-batch, accumulation and optimizer are set aside."""
-    return same_setup(a, b, ignore=("micro_batch", "grad_accum", "optimizer"))
+BATCHING = ("micro_batch", "grad_accum", "optimizer")
+
+
+@functools.lru_cache(maxsize=1)
+def _check_runs() -> list:
+    """The shipped runs that check one change again (reference/beyond/checks: fused LoRA and reentrant
+    checkpointing beside the recipe without them, scripts/gpu/logs/repeats-20261207/): pairs for tuning_factor only,
+    never a recipe's own speed (the planner's speeds are those of its reference GPU)."""
+
+    return [m for m in shipped_results("beyond/checks") if m.fits and m.tokens_per_s]
 
 
 _TUNER = {t.fields[0]: t for t in _TUNERS}

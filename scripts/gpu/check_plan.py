@@ -3,6 +3,7 @@
     python scripts/gpu/check_plan.py --model llama-3.1-8b --budget 16GiB --budget 8GiB --out plan-check.jsonl
     python scripts/gpu/check_plan.py --model llama-3.1-8b --hardware t4 --out plan-check-t4.jsonl   # on a T4
     python scripts/gpu/check_plan.py --model llama-3.1-8b --budget 16GiB --dry-run                  # any machine
+    python scripts/gpu/check_plan.py --budget 16GiB --budget 8GiB --without fused_lora ...   # + the pick without it
 
 For each budget it measures, in fresh processes and with the reference runs' protocol (5 steps, 1
 warm-up): the planner's pick (when nothing fits: the smallest candidate, to confirm it does not),
@@ -22,17 +23,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from course_utils.estimate import GiB, estimate, get_hardware  # noqa: E402
 from course_utils.estimate.plan import fits_on_card, parse_budget, short_name
 from course_utils.estimate.planner import plan  # noqa: E402
-from course_utils.recipe import Recipe, source_chapter_recipe  # noqa: E402
+from course_utils.recipe import TECHNIQUES, Recipe, source_chapter_recipe  # noqa: E402
 
 
-def recipes_to_check(model: str, budget: int, seq: int, hardware: str) -> list[tuple[str, Recipe]]:
-    """(role, recipe): the planner's pick (or its smallest candidate) and the source chapter's recipe."""
+def recipes_to_check(model: str, budget: int, seq: int, hardware: str,
+                     without: tuple[str, ...] = ()) -> list[tuple[str, Recipe]]:
+    """(role, recipe): the planner's pick (or its smallest candidate) and the source chapter's recipe; with `without`
+    (Recipe fields of notebook 09's changes) also the pick without each of those it uses, for a ratio in one run."""
     p = plan(model, budget, seq=seq, hardware=hardware)
     hw = get_hardware(hardware)
     source = source_chapter_recipe(model).with_(
         precision=hw.auto_precision, max_seq_length=seq, steps=5, warmup_steps=1, label="source chapter recipe")
     if p.pick is not None:
-        return [("pick", p.pick.recipe.with_(label=f"pick for {budget / GiB:.1f} GiB")), ("source", source)]
+        pick = p.pick.recipe.with_(label=f"pick for {budget / GiB:.1f} GiB")
+        off = [(f"pick without {t.short}", pick.with_(**{knob: t.default}, label=f"{pick.label} without {t.short}"))
+               for knob in without for t in TECHNIQUES if t.fields[0] == knob and t.on(pick)]
+        return [("pick", pick), *off, ("source", source)]
     smallest = min(p.rows, key=lambda r: r.needed).recipe
     out = [("smallest (nothing fits)", smallest.with_(label=f"smallest for {budget / GiB:.1f} GiB"))]
     if smallest.load_in_4bit:  # the planner's suggestion: keep the unquantized weights in 16-bit
@@ -63,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--hardware", choices=("gpu", "t4"), default="gpu")
     parser.add_argument("--out", default="plan-check.jsonl", help="results store for the measurements")
+    parser.add_argument("--without", action="append", default=[], metavar="FIELD",
+                        help="also measure the pick without this change of notebook 09 (a Recipe field such as "
+                             "fused_lora), when it uses it (repeatable)")
     parser.add_argument("--dry-run", action="store_true", help="print what would be measured, measure nothing")
     args = parser.parse_args(argv)
     hw = get_hardware(args.hardware)
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':<33}{'':<100}{'(GiB)':>9}{'(GiB)':>9}{'(GiB)':>10}{'(GiB)':>10}")
     for budget in budgets:
         print(f"budget {budget / GiB:.2f} GiB on {hw.short}, {args.model}, sequence {args.seq}:")
-        roles, recipes = zip(*recipes_to_check(args.model, budget, args.seq, args.hardware))
+        roles, recipes = zip(*recipes_to_check(args.model, budget, args.seq, args.hardware, tuple(args.without)))
 
         def said(done) -> None:  # each row as soon as its recipe is measured (with --dry-run: none is)
             o = done[-1]

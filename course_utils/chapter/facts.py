@@ -50,7 +50,7 @@ from course_utils.estimate.peak import estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.estimate.terms import nf4_bits_per_param
 from course_utils.estimate.limits import flops_per_token, memory_floor
-from course_utils.estimate.plan import margin_calibration
+from course_utils.estimate.plan import margin_calibration, tuning_factor
 from course_utils.estimate.planner import plan
 from course_utils.machine import H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
 from course_utils.recipe import Recipe, base_recipe_for, ladder, source_chapter_recipe
@@ -172,6 +172,13 @@ def planner(model: str = "llama-3.1-8b", budget: str | None = None, hardware: st
     return plan(model, budget, hardware=hardware)
 
 
+def factor(recipe, knob: str) -> float:
+    """The planner's measured factor for notebook 09's change `knob` on `recipe` (plan.tuning_factor)."""
+
+    refs = [m for m in all_reference_results() if m.fits and m.tokens_per_s]
+    return tuning_factor(recipe, refs, knobs=(knob,))[0]
+
+
 @dataclass(frozen=True)
 class _Run:
     model: str
@@ -265,7 +272,7 @@ def namespace() -> dict:
 
     return dict(ref=ref, est=est, rung=rung, chapter=chapter, t4=t4, lib=_lib(), shapes=shapes, targets=_targets(),
                 Recipe=Recipe, nf4_bits=nf4_bits, beyond=beyond_run, tf32=tf32, offline_examples=offline_examples,
-                peer=peer, planner=planner, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
+                peer=peer, planner=planner, factor=factor, accuracy=accuracy, curves=curves, toward=toward, flops=flops_per_token,
                 matmul=limits.measured_peak, tried=tried, profiled=profiled, host=host,
                 floor=memory_floor, own_check=own_check, MiB=MiB, GiB=GiB, dist=estimate_distributed, anchor=anchor_recipe,
                 mib=lambda x: x / MiB, gib=lambda x: x / GiB, round=round, min=min, max=max, abs=abs, len=len, sum=sum)

@@ -36,6 +36,9 @@ T4 profile in fp16 it runs. Off by default; the planner offers it (estimate/plan
 
 from __future__ import annotations
 
+import ctypes
+import os
+
 import torch
 
 
@@ -43,8 +46,15 @@ import torch
 def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     """The NF4 weight (out_features x in_features) as `dtype`: bitsandbytes' own ops, called as
     bitsandbytes.functional.dequantize_4bit calls them (the nested absmax of double quantization first), without
-    its Python checks, which the weight passed when it was quantized."""
+    its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
+    through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops."""
     state = weight.quant_state
+    if weight.device.type == "cuda" and _DIRECT:
+        return _dequantize_cuda(weight, state, dtype)
+    return _dequantize_ops(weight, state, dtype)
+
+
+def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
     absmax = state.absmax
     if state.nested:
         inner = state.state2
@@ -53,6 +63,33 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
         absmax += state.offset
     return torch.ops.bitsandbytes.dequantize_4bit.default(weight.data, absmax, state.blocksize, state.quant_type,
                                                           state.shape, dtype)
+
+
+_DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
+_KERNELS = {(torch.bfloat16, "nf4"): "cdequantize_blockwise_bf16_nf4", (torch.float16, "nf4"): "cdequantize_blockwise_fp16_nf4",
+            (torch.float32, "nf4"): "cdequantize_blockwise_fp32_nf4", (torch.bfloat16, "fp4"): "cdequantize_blockwise_bf16_fp4",
+            (torch.float16, "fp4"): "cdequantize_blockwise_fp16_fp4", (torch.float32, "fp4"): "cdequantize_blockwise_fp32_fp4"}
+
+
+def _dequantize_cuda(weight, state, dtype: torch.dtype) -> torch.Tensor:
+    """dequantize on CUDA: the kernels bitsandbytes' CUDA backend runs for its two ops (backends/cuda/ops.py), with the
+    same arguments and the same two allocations (so the same memory), called through its ctypes library without
+    the torch.library dispatch around each op: 45 -> 24 us of host time per call on an H100 (scripts/gpu/host_costs.py,
+    checked equal to the ops' result there). As Unsloth's fast_dequantize calls them; written here, nothing copied."""
+    from bitsandbytes.cextension import lib
+
+    stream = ctypes.c_void_p(torch._C._cuda_getCurrentRawStream(weight.device.index))
+    absmax = state.absmax
+    if state.nested:
+        inner, packed = state.state2, absmax
+        absmax = torch.empty(packed.shape, device=weight.device, dtype=torch.float32)
+        lib.cdequantize_blockwise_fp32(inner.code.data_ptr(), packed.data_ptr(), inner.absmax.data_ptr(),
+                                       absmax.data_ptr(), inner.blocksize, packed.numel(), stream)
+        absmax += state.offset
+    out = torch.empty(state.shape, device=weight.device, dtype=dtype)
+    getattr(lib, _KERNELS[dtype, state.quant_type])(None, weight.data.data_ptr(), absmax.data_ptr(), out.data_ptr(),
+                                                    state.blocksize, out.numel(), stream)
+    return out
 
 
 def _autocast_dtype(device: str) -> torch.dtype | None:

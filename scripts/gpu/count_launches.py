@@ -13,7 +13,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
 - "ours-lean": the same with Recipe(lean_host=True) (course_utils/lean_trainer.py);
 - "ours-fused": the same with Recipe(fused_lora=True) (course_utils/fused_lora.py), "ours-fused-lean" with both;
 - "ours-fused-reentrant": fused LoRA with Recipe(reentrant_checkpointing=True): each layer's first forward builds no
-  autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does);
+  autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does); "-ops" after it: with
+  fused LoRA's dequantize through bitsandbytes' ops (COURSE_DEQUANT=ops, as before its direct calls); "-norm": with
+  torch's F.rms_norm in place of every RMSNorm (torch_rms_norm, a change tried);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
   first on PYTHONPATH; the random-weight folder models.preset_path built).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
@@ -64,7 +66,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the peer's child puts its own site directory first on PYTHONPATH, ROOT after it
     sys.path.append(str(ROOT))
 
-VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "unsloth")
+VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
+            "ours-fused-reentrant-norm", "unsloth")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -293,7 +296,7 @@ def ours_recipe(variant: str, model: str, steps: int):
     recipe = recipe.with_(steps=steps, warmup_steps=1, label=recipe.label)
     if variant.startswith("ours-fused"):
         recipe = recipe.with_(fused_lora=True, label=recipe.label + ", fused LoRA")
-    if variant.endswith("-reentrant"):
+    if "-reentrant" in variant:
         recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
     if variant.endswith("-lean"):
         recipe = recipe.with_(lean_host=True, label=recipe.label + ", lean host")
@@ -319,14 +322,32 @@ def child_ours(variant: str, args) -> dict:
             return holder["cb"].on_step_end(*a, **k)
 
     built = build(recipe, callbacks=(Forward(),))
+    notes = list(built.notes)
+    if variant.endswith("-norm"):
+        notes.append(torch_rms_norm(built.model))
     counter = Counter_(built.trainer, recipe.steps, recipe.grad_accum, args.window, recipe.tokens_per_step,
                        torch.cuda.is_available(), args.stack)
     holder["cb"] = counter.callback()
     torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     built.trainer.train()
     losses = [round(r["loss"], 4) for r in built.trainer.state.log_history if "loss" in r]
-    return dict(label=recipe.label, recipe=recipe.to_dict(), recipe_key=recipe.key, notes=built.notes,
+    return dict(label=recipe.label, recipe=recipe.to_dict(), recipe_key=recipe.key, notes=notes,
                 env=environment_record(), losses=losses, counter=counter)
+
+
+def torch_rms_norm(model) -> str:
+    """A change tried, not a Recipe knob (yet): every RMSNorm module (Liger's, or transformers' where Liger is off)
+    runs torch's own fused `F.rms_norm` (one operator forward, one backward; scripts/gpu/host_costs.py: 369 -> 142 us
+    of host time per forward and backward on an H100, the same result as transformers' to the bit there)."""
+    import torch
+
+    n = 0
+    for module in model.modules():
+        eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+        if type(module).__name__.endswith("RMSNorm") and eps is not None and module.weight is not None:
+            module.forward = (lambda m, e: lambda x: torch.nn.functional.rms_norm(x, m.weight.shape, m.weight, e))(module, eps)
+            n += 1
+    return f"torch's F.rms_norm in {n} RMSNorm modules (count_launches.py's -norm variant)"
 
 
 def child_unsloth(args) -> dict:
@@ -402,6 +423,8 @@ def child(variant: str, args) -> None:
 # --- the parent -----------------------------------------------------------------------------------------------------
 def child_env(variant: str, args) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
+    if variant.endswith("-ops"):  # fused LoRA's dequantize through bitsandbytes' ops, as before 2026-12-07's change
+        env["COURSE_DEQUANT"] = "ops"
     if variant == "unsloth":  # the peer's site directory first, this checkout after it, not our site directory
         env["PYTHONPATH"] = os.pathsep.join([args.peer_site, str(ROOT)])
         env["HF_DATASETS_OFFLINE"] = "1"

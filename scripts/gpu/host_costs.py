@@ -8,9 +8,10 @@ Cases, at the shapes of Llama-3.1-8B at micro-batch 1 x 512 tokens in bf16 (fp32
 - RMSNorm, forward and backward: transformers' LlamaRMSNorm (several ops), Liger's Triton kernel (what
   `Recipe(liger_kernels=True)` runs), torch's own `F.rms_norm` (one fused operator on CUDA);
 - RoPE on q and k, forward and backward: transformers' `apply_rotary_pos_emb`, Liger's `liger_rotary_pos_emb`;
-- the NF4 dequantize of one 4,096 x 4,096 weight with double quantization: `course_utils.fused_lora.dequantize`
-  (bitsandbytes' two ops), and the same two kernels called through bitsandbytes' ctypes library into buffers
-  allocated once, as Unsloth's `fast_dequantize` does (CUDA only; checked equal to the ops' result).
+- the NF4 dequantize of one 4,096 x 4,096 weight with double quantization: bitsandbytes' two ops (fused LoRA's
+  dequantize before 2026-12-07), the same two kernels through bitsandbytes' ctypes library as fused LoRA now calls
+  them (`course_utils.fused_lora._dequantize_cuda`), and into buffers allocated once, as Unsloth's `fast_dequantize`
+  does (CUDA only; each checked equal to the ops' result).
 Each case runs `--calls` calls with no synchronization inside (the host's time per call while the GPU keeps up:
 these kernels take microseconds), then synchronizes; the GPU's time per call from CUDA events over the same calls.
 Cases interleave over `--rounds` (A B C, A B C, ...); the median of the rounds is printed. A case whose package is
@@ -91,7 +92,7 @@ def dequant_cases(device, dtype) -> dict:
     import bitsandbytes as bnb
     from bitsandbytes.cextension import lib
 
-    from course_utils.fused_lora import dequantize
+    from course_utils.fused_lora import _dequantize_cuda, _dequantize_ops
 
     layer = bnb.nn.Linear4bit(HIDDEN, HIDDEN, bias=False, compute_dtype=dtype, quant_type="nf4",
                               compress_statistics=True).to(device)
@@ -110,9 +111,12 @@ def dequant_cases(device, dtype) -> dict:
         nf4(None, weight.data.data_ptr(), absmax.data_ptr(), out.data_ptr(), state.blocksize, out.numel(), stream)
         return out
 
-    same = torch.equal(direct().clone(), dequantize(weight, dtype))
-    print(f"dequantize through ctypes into reused buffers equals bitsandbytes' ops: {same}")
-    return {"dequantize bitsandbytes ops": lambda: dequantize(weight, dtype), "dequantize ctypes, reused buffers": direct}
+    ops = _dequantize_ops(weight, state, dtype)
+    same = torch.equal(direct().clone(), ops) and torch.equal(_dequantize_cuda(weight, state, dtype), ops)
+    print(f"dequantize through ctypes (into reused buffers, and fused_lora's) equals bitsandbytes' ops: {same}")
+    return {"dequantize bitsandbytes ops": lambda: _dequantize_ops(weight, state, dtype),
+            "dequantize ctypes (fused_lora)": lambda: _dequantize_cuda(weight, state, dtype),
+            "dequantize ctypes, reused buffers": direct}
 
 
 def time_case(fn, calls: int, cuda: bool) -> dict:

@@ -17,7 +17,10 @@
 # H: the host's time per call of what remains (host_costs.py, about a minute);
 # P1, P2: the planner's 16 and 8 GiB picks, alone, + fused LoRA, + reentrant checkpointing (beyond_recipe.py --set
 #   picks), twice, for the spread (about 4 minutes each); then, in the session, check_plan.py for any changed pick;
-# T: notebooks 09 and 08 under the T4 profile (t4_check.py, two at once), run as PARTS="H P1 T P2".
+# T: notebooks 09 and 08 under the T4 profile (t4_check.py, two at once), run as PARTS="H P1 T P2" (run2/);
+# D: the count at 1 x 16 of two changes tried on fused LoRA + reentrant checkpointing, interleaved, two processes each:
+#    its dequantize through bitsandbytes' ops (as before) against its direct ctypes calls, + torch's F.rms_norm, and
+#    Unsloth (count_launches.py variants -ops, -norm), run as OUTD=$OUT PARTS=D.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -62,6 +65,10 @@ partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 3
 partT() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 09:small,08:small \
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
           echo "T: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
+partD() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-d.jsonl --tables $OUTD --run-id counts-$DAY-dequant \
+              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-ops,ours-fused-reentrant,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant,ours-fused-reentrant-ops} \
+              > $OUTD/counts-d.log 2>&1
+          echo "D: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-d.log; }
 partP1() { partP 1; }
 partP2() { partP 2; }
 for part in ${PARTS:-A B1 C B2}; do part$part; done

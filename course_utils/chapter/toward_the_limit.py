@@ -393,7 +393,7 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
 # --- the host's work per micro-batch (issue 31; taught in notebook 09) ----------------------------------------------
 # count_launches.py's variants, in the order a table shows them, with the names it shows ("+ reentrant": on fused LoRA)
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
-                 "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "+ reentrant (ops)",
+                 "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
                  "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm", "unsloth": "Unsloth"}
 
 

@@ -192,7 +192,6 @@ def _timed_on_gpu(m) -> bool:
 
 def limit_rows(measurements: list, peak_flops: float | None = None) -> list:
     """limits.Against for each run that fits (at `peak_flops`, else its GPU's datasheet peak)."""
-
     return [against(m, peak_flops) for m in measurements if _timed_on_gpu(m)]
 
 
@@ -390,8 +389,8 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
     return found[-1]
 
 
-# --- the host's work per micro-batch (issue 31; taught in notebook 09) ----------------------------------------------
-# count_launches.py's variants, in the order a table shows them, with the names it shows ("+ reentrant": on fused LoRA)
+# --- the host's work per micro-batch (issue 31; taught in notebook 09): count_launches.py's variants, in the order a
+# table shows them, with the names it shows ("+ reentrant": on fused LoRA) -------------------------------------------
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
                  "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm", "unsloth": "Unsloth"}
@@ -399,9 +398,9 @@ HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fu
 
 @dataclass(frozen=True)
 class HostCount:
-    """One variant of one count run (scripts/gpu/count_launches.py), over its processes: counts per micro-batch from
-    the profiled window of its first process (the same in every process of a variant, to a few events), times and
-    tokens/s as the median over processes, with the lowest and highest process."""
+    """One variant of one count run (scripts/gpu/count_launches.py), over its processes: counts per micro-batch from the
+    profiled window of its first process (the same in every process of a variant, to a few events), times and tokens/s
+    as the median over processes, with the lowest and highest process."""
 
     run: str
     variant: str
@@ -433,10 +432,11 @@ def count_runs(model: str = "llama-3.1-8b") -> list[str]:
 
 
 def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str, HostCount]:
-    """The variants of count run `run` (where None: the latest with ours in it), by name, in HOST_VARIANTS' order."""
+    """The variants of count run `run` (where None: the latest with ours in it), by name, in HOST_VARIANTS' order (a
+    process counts as the variant its line says it "ran_as", where it says so)."""
     lines = _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")
     run = run or [d["run"] for d in lines if d["variant"] == "ours"][-1]
-    ok = [d for d in lines if d["run"] == run and d.get("status") == "ok"]
+    ok = [dict(d, variant=d.get("ran_as", d["variant"])) for d in lines if d["run"] == run and d.get("status") == "ok"]
     if not ok:
         raise KeyError(f"no finished count run {run!r}; there are: {count_runs(model)}")
     found = {}

@@ -15,7 +15,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
 - "ours-fused-reentrant": fused LoRA with Recipe(reentrant_checkpointing=True): each layer's first forward builds no
   autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does); "-ops" after it: with
   fused LoRA's dequantize through bitsandbytes' ops (COURSE_DEQUANT=ops, as before its direct calls); "-norm": with
-  torch's F.rms_norm in place of every RMSNorm (torch_rms_norm, a change tried);
+  torch's F.rms_norm in place of every RMSNorm (torch_rms_norm, a change tried; patched when training begins: in run
+  counts-20261207-dequant it was patched after build() and Trainer.train() put Liger's back, so those processes ran
+  as "ours-fused-reentrant" and their lines say so);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
   first on PYTHONPATH; the random-weight folder models.preset_path built).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
@@ -315,6 +317,10 @@ def child_ours(variant: str, args) -> dict:
     from transformers import TrainerCallback
 
     class Forward(TrainerCallback):
+        def on_train_begin(self, *a, **k):  # after Trainer.train() applied Liger's kernels, which would undo a patch
+            if variant.endswith("-norm"):
+                notes.append(torch_rms_norm(built.model))
+
         def on_step_begin(self, *a, **k):
             return holder["cb"].on_step_begin(*a, **k)
 
@@ -323,8 +329,6 @@ def child_ours(variant: str, args) -> dict:
 
     built = build(recipe, callbacks=(Forward(),))
     notes = list(built.notes)
-    if variant.endswith("-norm"):
-        notes.append(torch_rms_norm(built.model))
     counter = Counter_(built.trainer, recipe.steps, recipe.grad_accum, args.window, recipe.tokens_per_step,
                        torch.cuda.is_available(), args.stack)
     holder["cb"] = counter.callback()
@@ -372,6 +376,10 @@ def child_unsloth(args) -> dict:
     holder: dict = {}
 
     class Forward(TrainerCallback):
+        def on_train_begin(self, *a, **k):  # after Trainer.train() applied Liger's kernels, which would undo a patch
+            if variant.endswith("-norm"):
+                notes.append(torch_rms_norm(built.model))
+
         def on_step_begin(self, *a, **k):
             return holder["cb"].on_step_begin(*a, **k)
 

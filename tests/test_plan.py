@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.models import PRESETS
+from course_utils.results import all_reference_results
 
 GIB = 2**30
 
@@ -130,7 +131,8 @@ def test_budget_too_small_gives_a_clear_message(capsys):
 
 def test_8gib_pick_is_the_measured_pick_with_fused_lora_checked_on_the_gpu():
     """8 GiB: the source recipe does not fit (9.44 GiB reserved); notebook 09's changes do. The pick is the pick the
-    H200 measured (scripts/gpu/check_plan.py) with fused LoRA, by its factor measured at 8 x 2 in three runs, and
+    H200 measured (scripts/gpu/check_plan.py) with fused LoRA, by its factor measured at 8 x 2 in three runs (a pair
+    each), and
     check_plan.py's run of that pick (beyond/checks/plan-check-fused) found it fits."""
     from course_utils.chapter.shipped_runs import reference
     from course_utils.estimate.plan import fits_on_card
@@ -141,7 +143,7 @@ def test_8gib_pick_is_the_measured_pick_with_fused_lora_checked_on_the_gpu():
     assert pick.recipe.load_in_4bit and not pick.recipe.prepare_kbit and pick.recipe.offload_embeddings
     assert pick.recipe.fused_lora and not pick.recipe.reentrant_checkpointing
     assert pick.speed.basis.startswith("measured (pick for 8.0 GiB) without fused LoRA; fused LoRA x")
-    assert "(measured at micro-batch 8, median of 3 runs)" in pick.speed.basis
+    assert "(measured at micro-batch 8, median of 3 pairs)" in pick.speed.basis
     checked = next(m for m in reference("llama-3.1-8b", "plan-check-fused") if m.label == "pick for 8.0 GiB")
     assert checked.recipe_obj == pick.recipe.with_(label=checked.label, steps=5, warmup_steps=1)
     assert fits_on_card(checked.cuda_max_reserved, 8 * GIB)
@@ -227,5 +229,20 @@ def test_a_changes_factor_is_the_median_of_its_pairs_each_measured_in_one_run(pl
             _run(plain, 1000.0, "c"), _run(fused, 2000.0, "d")]
     factor, parts = tuning_factor(fused, refs, knobs=("fused_lora",))
     assert factor == pytest.approx(1.15)
-    assert parts == [f"fused LoRA x1.15 (measured at micro-batch {plain.micro_batch}, median of 2 runs)"]
+    assert parts == [f"fused LoRA x1.15 (measured at micro-batch {plain.micro_batch}, median of 2 pairs)"]
     assert tuning_factor(fused, refs[4:], knobs=("fused_lora",)) == (1.0, ["fused LoRA x1.00 (no measured pair)"])
+
+
+def test_the_count_runs_give_the_factors_at_micro_batch_1():
+    """At 1 x 16 the only pairs are count_launches.py's processes (beyond/tries/counts-*.jsonl), each pair from one run:
+    there reentrant checkpointing wins (it loses at 8 x 2 and 16 x 1), and the planner says so."""
+    from course_utils.estimate.plan import tuning_factor
+    from course_utils.estimate.planner import plan
+
+    refs = [m for m in all_reference_results() if m.fits and m.tokens_per_s]
+    pick = plan("llama-3.1-8b", "8GiB").pick.recipe.with_(reentrant_checkpointing=True)
+    at_1 = tuning_factor(pick.with_(micro_batch=1, grad_accum=16), refs, knobs=("reentrant_checkpointing",))
+    at_8 = tuning_factor(pick, refs, knobs=("reentrant_checkpointing",))
+    assert at_1[0] > 1.1 and "measured at micro-batch 1, median of 13 pairs" in at_1[1][0]
+    assert at_8[0] < 1 and "measured at micro-batch 8" in at_8[1][0]
+

@@ -18,12 +18,12 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from course_utils.common import GiB
+from course_utils.common import GiB, json_lines, shipped
 from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.machine import T4_CARD_GIB
 from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, same_setup
-from course_utils.results import all_reference_results, reference_results, shipped_results
+from course_utils.results import Measurement, all_reference_results, reference_results, shipped_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 EFFECTIVE_BATCH = 16
@@ -140,7 +140,7 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
             ratios = [ratio for *where, ratio in pairs if tuple(where) == near]
             ratio = statistics.median(ratios)
             factor *= ratio
-            runs_said = f", median of {len(ratios)} runs" if len(ratios) > 1 else ""
+            runs_said = f", median of {len(ratios)} pairs" if len(ratios) > 1 else ""
             parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {near[1]}{runs_said})")
         else:
             parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
@@ -153,11 +153,16 @@ BATCHING = ("micro_batch", "grad_accum", "optimizer")
 
 @functools.lru_cache(maxsize=1)
 def _check_runs() -> list:
-    """The shipped runs that check one change again (reference/beyond/checks: fused LoRA and reentrant
-    checkpointing beside the recipe without them, scripts/gpu/logs/repeats-20261207/): pairs for tuning_factor only,
-    never a recipe's own speed (the planner's speeds are those of its reference GPU)."""
+    """The shipped runs that check one change again: pairs for tuning_factor only, never a recipe's own speed (the
+    planner's speeds are those of its reference GPU). reference/beyond/checks: fused LoRA and reentrant checkpointing
+    beside the recipe without them at 16 x 1 and 8 x 2 (scripts/gpu/logs/repeats-20261207/); and each process of the
+    count runs at 1 x 16 (beyond/tries/counts-*.jsonl, scripts/gpu/count_launches.py), the only pairs at 1 x 16."""
 
-    return [m for m in shipped_results("beyond/checks") if m.fits and m.tokens_per_s]
+    counts = [Measurement(recipe=d["recipe"], recipe_key=d["recipe_key"], env=d["env"], env_key="", status="ok",
+                          tokens_per_s=d["timing"]["tokens_per_s"], source=path.name, run_id=d["run"])
+              for path in sorted(shipped("reference", "beyond", "tries").glob("counts-*.jsonl"))
+              for d in json_lines(path.read_text()) if d.get("status") == "ok" and d["variant"] != "unsloth"]
+    return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s]
 
 
 _TUNER = {t.fields[0]: t for t in _TUNERS}

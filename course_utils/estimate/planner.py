@@ -190,7 +190,8 @@ class Plan:
                  "peak, the GiB cuBLAS and the CUDA context).",
                  "Speed: tokens/s of an NVIDIA H200 reference run of the recipe where one exists, else modelled: the "
                  "measured runs of the same family (4-bit, LoRA or full, checkpointing) across micro-batches, times "
-                 "measured factors for a family never run (see plan.py)."]
+                 "measured factors for a family never run; notebook 09's changes count the median ratio of pairs "
+                 "measured in one run each (on an H100 too) at the nearest micro-batch (see plan.py)."]
         if hw.name != get_hardware("gpu").name:
             lines.append(f"On {hw.short} the speeds are H200 figures used only to rank the candidates: "
                          "check the pick there.")

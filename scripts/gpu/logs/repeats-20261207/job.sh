@@ -20,7 +20,14 @@
 # T: notebooks 09 and 08 under the T4 profile (t4_check.py, two at once), run as PARTS="H P1 T P2" (run2/);
 # D: the count at 1 x 16 of two changes tried on fused LoRA + reentrant checkpointing, interleaved, two processes each:
 #    its dequantize through bitsandbytes' ops (as before) against its direct ctypes calls, + torch's F.rms_norm, and
-#    Unsloth (count_launches.py variants -ops, -norm), run as OUTD=$OUT PARTS=D.
+#    Unsloth (count_launches.py variants -ops, -norm), run as OUTD=$OUT PARTS=D (its -norm processes ran Liger's
+#    RMSNorm after all: see README.md);
+# For the run after (not run yet), PARTS="N F1 F2" (about 25 minutes, detached):
+# N: the count at 1 x 16 of torch's F.rms_norm on fused LoRA + reentrant (the -norm variant, now patched when training
+#    begins) against the same without it and Unsloth, three processes each, interleaved;
+# F1, F2: the peer run the issue's targets name, twice: beyond_recipe.py --set fused --peers unsloth at both settings
+#    (1 x 16: + Liger, + fused LoRA, + reentrant; 16 x 1: offloading, + fused LoRA; Unsloth at each), with today's
+#    direct dequantize.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -69,6 +76,17 @@ partD() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-d.jsonl --tab
               --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-ops,ours-fused-reentrant,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant,ours-fused-reentrant-ops} \
               > $OUTD/counts-d.log 2>&1
           echo "D: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-d.log; }
+partN() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-n.jsonl --tables $OUTD --run-id counts-$DAY-norm \
+              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-norm,ours-fused-reentrant-norm,unsloth,ours-fused-reentrant} \
+              > $OUTD/counts-n.log 2>&1
+          echo "N: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-n.log; }
+partF() {  # $1: 1 or 2
+python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
+    --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1
+echo "F$1: beyond_recipe fused, both settings, exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/peer-$1.log
+}
+partF1() { partF 1; }
+partF2() { partF 2; }
 partP1() { partP 1; }
 partP2() { partP 2; }
 for part in ${PARTS:-A B1 C B2}; do part$part; done

@@ -69,9 +69,7 @@ def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
 
 
 _DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
-_KERNELS = {(torch.bfloat16, "nf4"): "cdequantize_blockwise_bf16_nf4", (torch.float16, "nf4"): "cdequantize_blockwise_fp16_nf4",
-            (torch.float32, "nf4"): "cdequantize_blockwise_fp32_nf4", (torch.bfloat16, "fp4"): "cdequantize_blockwise_bf16_fp4",
-            (torch.float16, "fp4"): "cdequantize_blockwise_fp16_fp4", (torch.float32, "fp4"): "cdequantize_blockwise_fp32_fp4"}
+_KERNEL_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # bitsandbytes' names
 
 
 def _dequantize_cuda(weight, state, dtype: torch.dtype) -> torch.Tensor:
@@ -90,8 +88,8 @@ def _dequantize_cuda(weight, state, dtype: torch.dtype) -> torch.Tensor:
                                        absmax.data_ptr(), inner.blocksize, packed.numel(), stream)
         absmax += state.offset
     out = torch.empty(state.shape, device=weight.device, dtype=dtype)
-    getattr(lib, _KERNELS[dtype, state.quant_type])(None, weight.data.data_ptr(), absmax.data_ptr(), out.data_ptr(),
-                                                    state.blocksize, out.numel(), stream)
+    kernel = getattr(lib, f"cdequantize_blockwise_{_KERNEL_DTYPE[dtype]}_{state.quant_type}")  # nf4 or fp4
+    kernel(None, weight.data.data_ptr(), absmax.data_ptr(), out.data_ptr(), state.blocksize, out.numel(), stream)
     return out
 
 

@@ -113,7 +113,7 @@ def is_tuned(r: Recipe) -> bool:
 def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KNOBS) -> tuple[float, list[str]]:
     """Tokens/s factor of a recipe's beyond-the-chapter changes (those of `knobs`) over the same recipe without them:
     for each change, the median ratio of pairs of runs that differ only in it (any optimizer), each pair measured in
-    one run (of `refs` and the shipped check runs, reference/beyond/checks), at the nearest measured micro-batch and
+    one run (of `refs` and the shipped check and count runs, _check_runs), at the nearest measured micro-batch and
     there from the pairs whose other changes differ least from the recipe's."""
     runs = [(m.recipe_obj, m.tokens_per_s, (m.source, m.run_id)) for m in [*refs, *_check_runs()]
             if m.recipe["model"] == recipe.model]
@@ -140,8 +140,8 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
             ratios = [ratio for *where, ratio in pairs if tuple(where) == near]
             ratio = statistics.median(ratios)
             factor *= ratio
-            runs_said = f", median of {len(ratios)} pairs" if len(ratios) > 1 else ""
-            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {near[1]}{runs_said})")
+            median_of = f", median of {len(ratios)} pairs" if len(ratios) > 1 else ""
+            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {near[1]}{median_of})")
         else:
             parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
         current = before

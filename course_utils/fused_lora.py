@@ -50,9 +50,10 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     """The NF4 weight (out_features x in_features) as `dtype`: bitsandbytes' own ops, called as
     bitsandbytes.functional.dequantize_4bit calls them (the nested absmax of double quantization first), without
     its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
-    through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops."""
+    through bitsandbytes' C library instead (_dequantize_cuda) for the dtypes checked on a GPU (_CHECKED), unless
+    COURSE_DEQUANT=ops."""
     state = weight.quant_state
-    if weight.device.type == "cuda" and _DIRECT:
+    if weight.device.type == "cuda" and _DIRECT and dtype in _CHECKED:
         return _dequantize_cuda(weight, state, dtype)
     return _dequantize_ops(weight, state, dtype)
 
@@ -69,6 +70,9 @@ def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
 
 
 _DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
+# the dtypes whose direct path a GPU has checked equal to the ops' result (host_costs.py, 2026-12-07: bf16); fp16 (a T4)
+# and fp32 keep the ops until host_costs.py's check of them has run on a GPU
+_CHECKED = (torch.bfloat16,)
 _KERNEL_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # bitsandbytes' names
 
 

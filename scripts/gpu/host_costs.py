@@ -114,6 +114,12 @@ def dequant_cases(device, dtype) -> dict:
     ops = _dequantize_ops(weight, state, dtype)
     same = torch.equal(direct().clone(), ops) and torch.equal(_dequantize_cuda(weight, state, dtype), ops)
     print(f"dequantize through ctypes (into reused buffers, and fused_lora's) equals bitsandbytes' ops: {same}")
+    for other in (torch.float16, torch.float32):  # fused_lora._CHECKED grows by the dtypes that pass here
+        for nested in (True, False):
+            w = bnb.nn.Linear4bit(HIDDEN, HIDDEN, bias=False, compute_dtype=other, quant_type="nf4",
+                                  compress_statistics=nested).to(device).weight
+            equal = torch.equal(_dequantize_cuda(w, w.quant_state, other), _dequantize_ops(w, w.quant_state, other))
+            print(f"fused_lora's direct dequantize equals the ops' in {other}, double quant {nested}: {equal}")
     return {"dequantize bitsandbytes ops": lambda: _dequantize_ops(weight, state, dtype),
             "dequantize ctypes (fused_lora)": lambda: _dequantize_cuda(weight, state, dtype),
             "dequantize ctypes, reused buffers": direct}

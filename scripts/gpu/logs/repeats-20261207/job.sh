@@ -22,7 +22,8 @@
 #    its dequantize through bitsandbytes' ops (as before) against its direct ctypes calls, + torch's F.rms_norm, and
 #    Unsloth (count_launches.py variants -ops, -norm), run as OUTD=$OUT PARTS=D (its -norm processes ran Liger's
 #    RMSNorm after all: see README.md);
-# For the run after (not run yet), PARTS="N F1 F2" (about 25 minutes, detached):
+# For the run after (not run yet), PARTS="H N F1 F2" (about 25 minutes, detached): H first, for its check that
+# fused LoRA's direct dequantize equals the ops' in fp16 and fp32 too (fused_lora._CHECKED: bf16 only until then);
 # N: the count at 1 x 16 of torch's F.rms_norm on fused LoRA + reentrant (the -norm variant, now patched when training
 #    begins) against the same without it and Unsloth, three processes each, interleaved;
 # F1, F2: the peer run the issue's targets name, twice: beyond_recipe.py --set fused --peers unsloth at both settings

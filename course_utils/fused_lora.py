@@ -31,7 +31,7 @@ time; nothing is copied. Taught in notebook 09 (beyond the recipe), on a CPU.
 Measured on an H100 (2026-12-07, scripts/gpu/logs/fused-20261207/ and repeats-20261207/README.md): at 1 x 16 the
 host's operators per micro-batch 28,213 -> 19,573 and 1.10x the tokens/s (two processes each, nothing else on the
 GPU); at 16 x 1 the peak 192 MiB lower, as the estimator says, at 1.01-1.02x the tokens/s in three runs; under the
-T4 profile in fp16 it runs. Its dequantize on CUDA then went through bitsandbytes' ctypes library (_dequantize_cuda):
+T4 profile in fp16 it runs. Its bf16 dequantize on CUDA then went through bitsandbytes' ctypes library (_dequantize_cuda):
 with reentrant checkpointing at 1 x 16, 576 operators fewer and 257 -> 240 ms a micro-batch (run counts-20261207-dequant,
 repeats-20261207/README.md). Off by default; the planner offers it (estimate/plan.py), with factors measured at its
 picks' micro-batches (x1.01 at 16 x 1, x1.08 at 8 x 2), and picks it.

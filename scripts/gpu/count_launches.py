@@ -376,10 +376,6 @@ def child_unsloth(args) -> dict:
     holder: dict = {}
 
     class Forward(TrainerCallback):
-        def on_train_begin(self, *a, **k):  # after Trainer.train() applied Liger's kernels, which would undo a patch
-            if variant.endswith("-norm"):
-                notes.append(torch_rms_norm(built.model))
-
         def on_step_begin(self, *a, **k):
             return holder["cb"].on_step_begin(*a, **k)
 

@@ -31,7 +31,7 @@ time; nothing is copied. Taught in notebook 09 (beyond the recipe), on a CPU.
 Measured on an H100 (2026-12-07, scripts/gpu/logs/fused-20261207/ and repeats-20261207/README.md): at 1 x 16 the
 host's operators per micro-batch 28,213 -> 19,573 and 1.10x the tokens/s (two processes each, nothing else on the
 GPU); at 16 x 1 the peak 192 MiB lower, as the estimator says, at 1.01-1.02x the tokens/s in three runs; under the
-T4 profile in fp16 it runs. Its bf16 dequantize on CUDA then went through bitsandbytes' ctypes library (_dequantize_cuda):
+T4 profile in fp16 it runs. Its dequantize on CUDA then went through bitsandbytes' ctypes library (_dequantize_cuda):
 with reentrant checkpointing at 1 x 16, 576 operators fewer and 257 -> 240 ms a micro-batch (run counts-20261207-dequant,
 repeats-20261207/README.md). Off by default; the planner offers it (estimate/plan.py), with factors measured at its
 picks' micro-batches (x1.01 at 16 x 1, x1.08 at 8 x 2), and picks it.
@@ -50,10 +50,11 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     """The NF4 weight (out_features x in_features) as `dtype`: bitsandbytes' own ops, called as
     bitsandbytes.functional.dequantize_4bit calls them (the nested absmax of double quantization first), without
     its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
-    through bitsandbytes' C library instead (_dequantize_cuda) for the dtypes checked on a GPU (_CHECKED), unless
-    COURSE_DEQUANT=ops."""
+    through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops: in bf16, fp16 and fp32, with
+    and without double quantization, its result equals the ops' to the bit (scripts/gpu/host_costs.py on an H100,
+    2026-12-07, scripts/gpu/logs/repeats-20261207/run3/)."""
     state = weight.quant_state
-    if weight.device.type == "cuda" and _DIRECT and dtype in _CHECKED:
+    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
         return _dequantize_cuda(weight, state, dtype)
     return _dequantize_ops(weight, state, dtype)
 
@@ -70,9 +71,6 @@ def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
 
 
 _DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
-# the dtypes whose direct path a GPU has checked equal to the ops' result (host_costs.py, 2026-12-07: bf16); fp16 (a T4)
-# and fp32 keep the ops until host_costs.py's check of them has run on a GPU
-_CHECKED = (torch.bfloat16,)
 _KERNEL_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # bitsandbytes' names
 
 

@@ -113,12 +113,12 @@ def test_the_shipped_counts_carry_their_provenance_and_show_what_lean_host_and_f
 
 
 def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
-    """tries.host_table (notebook 09): per count run, each variant's median over its processes, its range, and its
+    """host_work.host_table (notebook 09): per count run, each variant's median over its processes, its range, and its
     ratio to ours of that run; the counts are the first process's."""
     import json
     import statistics
 
-    from course_utils.chapter import toward_the_limit as tries
+    from course_utils.chapter import host_work as tries
 
     path = Path(__file__).resolve().parents[1] / "course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
@@ -157,3 +157,31 @@ def test_host_costs_runs_on_a_cpu_and_says_what_it_left_out(tmp_path, capsys):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [d["case"] for d in lines] == ["rmsnorm transformers", "rmsnorm torch F.rms_norm", "rope transformers"]
     assert all(d["host_us"] > 0 and d["gpu_us"] is None and d["device"] == "CPU" for d in lines)
+
+
+def test_the_changes_table_shows_every_change_a_count_run_measured_before_and_with_it():
+    """host_work.changes_table (notebook 09, README): each change of CHANGES from the one run that measured it, without
+    it, with it and Unsloth where that run had it; every variant a shipped count run measured beside the variant
+    it changes is one of CHANGES (a new change shipped without a row fails here)."""
+    import json
+    import statistics
+
+    from course_utils.chapter import host_work
+
+    path = Path(__file__).resolve().parents[1] / "course_utils/reference/beyond/tries/counts-llama-3.1-8b.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+
+    def median(run, variant):
+        return statistics.median(d["timing"]["tokens_per_s"] for d in lines
+                                 if d["run"] == run and d.get("ran_as", d["variant"]) == variant and d["status"] == "ok")
+
+    found = host_work.changes()
+    assert [c.change for c in found] == [c[0] for c in host_work.CHANGES]
+    text = str(host_work.changes_table())
+    for c, (_, _, run, before, after) in zip(found, host_work.CHANGES):
+        assert c.speedup == median(run, after) / median(run, before)
+        assert (c.unsloth is None) == (not any(d["run"] == run and d["variant"] == "unsloth" for d in lines))
+        assert f"{c.speedup:.2f}" in text and run.removeprefix("counts-") in text
+    measured = {d.get("ran_as", d["variant"]) for d in lines} - {"unsloth"}
+    assert measured <= {c[3] for c in host_work.CHANGES} | {c[4] for c in host_work.CHANGES}
+    assert len(text.splitlines()[0]) <= 100 and "1 x 16" in text

@@ -18,7 +18,7 @@ TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the
                     "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed",
                     "library-table": "tests/test_library_objects.py::test_readme_field_table_is_generated",
                     "config-estimates": "tests/test_from_library.py::test_readme_config_estimates_are_printed"}
-TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "host-table", "module-map"}
+TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "host-table", "module-map", "peer31-table", "peer31-repeats"}
 
 
 def block(name: str) -> str:
@@ -58,11 +58,26 @@ def test_readme_peer_table_is_the_shipped_peer_run():
     assert block("peer-table") == toward_the_limit.peer_run_report()
 
 
-def test_readme_host_table_is_the_latest_shipped_count_run():
-    """Issue 31's count table: the latest run of scripts/gpu/count_launches.py with ours in it, as shipped."""
+def test_readme_issue_31_peer_run_and_its_repeat_are_as_shipped():
+    """Issue 31's peer run (beyond/checks/peer1-): ours and Unsloth, one run id, both settings; and the spread
+    between it and the same command's second run (peer2-)."""
+    from course_utils.chapter import beyond_the_recipe as beyond
     from course_utils.chapter import toward_the_limit
 
-    assert block("host-table") == "```\n" + str(toward_the_limit.host_table()) + "\n```"
+    runs = beyond.reference(run="peer1")
+    theirs = [m for m in runs if toward_the_limit.peer_name(m)]
+    assert len({m.run_id for m in runs}) == 1 and len(runs) > len(theirs)
+    assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in toward_the_limit.PEER_BATCHES}
+    assert block("peer31-table") == toward_the_limit.peer_run_report(run="peer1")
+    assert block("peer31-repeats") == "```\n" + str(toward_the_limit.peer_repeats()) + "\n```"
+
+
+def test_readme_host_table_is_every_change_tried_as_shipped():
+    """Issue 31's count table: each change tried, without and with it, from the run of scripts/gpu/count_launches.py
+    that measured it, as shipped."""
+    from course_utils.chapter import host_work
+
+    assert block("host-table") == "```\n" + str(host_work.changes_table()) + "\n```"
 
 
 def test_readme_ladder_table_memory_is_the_estimate():

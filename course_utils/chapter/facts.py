@@ -42,7 +42,8 @@ from course_utils.chapter import figures, shipped_runs as beyond, toward_the_lim
 from course_utils.chapter.figures import PLACEHOLDER, FactError, _shown
 from course_utils.chapter.shipped_runs import offline_examples, own_check, tf32_run as tf32
 from course_utils.chapter.t4 import run_of as t4
-from course_utils.chapter.toward_the_limit import host_counts, profiled, toward, tried
+from course_utils.chapter.host_work import host_counts
+from course_utils.chapter.toward_the_limit import profiled, toward, tried
 from course_utils.common import GiB, MiB, shipped
 from course_utils.estimate import limits, plan as P
 from course_utils.estimate.distributed import anchor_recipe, estimate_distributed

@@ -139,21 +139,24 @@ def loss_agreement(a, b) -> dict:
 
 
 def loss_table(runs: list) -> Table:
-    """Each run's per-step losses against the source recipe's among `runs` (the first labelled "source"): the
-    largest and the mean gap, the first step more than LOSSES_APART apart ("-": none), and how far each fell."""
-    src = next((m for m in runs if m.label.startswith("source") and len(m.losses) > 2), None)
+    """Each run's per-step losses against the source recipe's among `runs` (the first labelled "source", else the
+    first run): the largest and the mean gap, the first step more than LOSSES_APART apart ("-": none), and how far
+    each fell."""
+    long = [m for m in runs if len(m.losses) > 2]
+    src = next((m for m in long if m.label.startswith("source")), long[0] if long else None)
     table = []
     for m in runs:
         if src is None or m is src or len(m.losses) <= 2:
             continue
         a = loss_agreement(src, m)
         table.append([m.label, a["steps"], a["max_gap"], a["mean_gap"], a["apart_from"] or "-", a["fall_b"]])
-    return Table([Column("against the source recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
+    return Table([Column("against the first recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
                   Column("largest gap", short="largest\ngap", fmt=".4f"),
                   Column("mean gap", short="mean\ngap", fmt=".4f"),
                   Column(f"apart (> {LOSSES_APART}) from step", short="apart\nfrom", align="right"),
                   Column("loss fell by", short="fell\nby", fmt=".3f")], table,
-                 title=f"the source recipe's loss fell by {src.losses[0] - src.losses[-1]:.3f}" if src else "")
+                 title=f"the {'source' if src.label.startswith('source') else f'first ({src.label})'} recipe's loss "
+                       f"fell by {src.losses[0] - src.losses[-1]:.3f}" if src else "")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,9 +186,11 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
 # + fused LoRA and + reentrant checkpointing under the T4 profile; "picks" two runs of the planner's 16 and 8 GiB picks,
 # + fused LoRA, + reentrant checkpointing (scripts/gpu/logs/repeats-20261207/run2/), and "plan-check-fused" check_plan.py's
 # run of the picks that fused LoRA's measured factor brought, each beside the same pick without it and the source recipe
-# (an H100: the planner takes its pairs' ratios, never its speeds, plan.tuning_factor)
+# (an H100: the planner takes its pairs' ratios, never its speeds, plan.tuning_factor); "peer1" and "peer2" issue 31's peer
+# run twice (beyond_recipe.py --set fused --peers unsloth, scripts/gpu/logs/repeats-20261207/run3/; peer2 stopped before
+# Unsloth's 1 x 16 process when the device time ran out)
 CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4", "fused-peer1", "fused-peer2", "reentrant-t4", "picks",
-          "plan-check-fused")
+          "plan-check-fused", "peer1", "peer2")
 
 
 def by_label(measurements: list) -> dict:

@@ -145,11 +145,13 @@ def peer_check_lines(ours: list, peer_runs: list) -> list[str]:
     return out
 
 
-def peer_run_report(model: str = "llama-3.1-8b") -> str:
-    """Issue 16's benchmark table from the shipped peer run (our recipes and the peer's, one run): where and how
-    it was measured, the table with ratios to the source recipe and to the peer, and the peer targets."""
+def peer_run_report(model: str = "llama-3.1-8b", run: str = "peer-run") -> str:
+    """The benchmark table of a shipped peer run (our recipes and the peer's, one run): where and how it was
+    measured, the table with ratios to its first recipe and to the peer, and the peer targets. run: "peer-run"
+    (issue 16's, beyond/peers/) or a check run with the peer inside (issue 31's "peer1", beyond/checks/)."""
 
-    ours, theirs = reference(model, "peer-run"), peer_reference(model)
+    both = shipped_runs(model, run)
+    ours, theirs = [m for m in both if not peer_name(m)], [m for m in both if peer_name(m)]
     if not ours or not theirs:
         return f"no peer run of {model} ships (scripts/gpu/beyond_recipe.py --set peer --peers unsloth makes one)"
     name = peer_name(theirs[0])
@@ -389,92 +391,21 @@ def profiled(label: str, model: str = "llama-3.1-8b") -> dict:
     return found[-1]
 
 
-# --- the host's work per micro-batch (issue 31; taught in notebook 09): count_launches.py's variants, in the order a
-# table shows them, with the names it shows ("+ reentrant": on fused LoRA) -------------------------------------------
-HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
-                 "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
-                 "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm", "unsloth": "Unsloth"}
-
-
-@dataclass(frozen=True)
-class HostCount:
-    """One variant of one count run (scripts/gpu/count_launches.py), over its processes: counts per micro-batch from the
-    profiled window of its first process (the same in every process of a variant, to a few events), times and tokens/s
-    as the median over processes, with the lowest and highest process."""
-
-    run: str
-    variant: str
-    label: str
-    processes: int
-    aten_ops: float  # operator calls the host dispatched (torch.profiler's aten:: events)
-    launches: float  # kernel launch calls (runtime and driver)
-    waits: float  # the host stopped until the GPU was done
-    waits_ms: float  # the host's time blocked in them
-    device_ms: float  # the GPU's kernels, summed
-    micro_batch_ms: float  # the timed steps' median wall time over grad_accum
-    layer_host_ms: float  # the host's time inside one decoder layer's forward
-    tokens_per_s: float
-    tokens_per_s_low: float
-    tokens_per_s_high: float
-    allocated_gib: float
-    date: str
-    env: dict
-    beside: str = ""  # what else ran on the GPU meanwhile, where the run's lines say
-
-    @property
-    def name(self) -> str:
-        return HOST_VARIANTS.get(self.variant, self.variant)
-
-
-def count_runs(model: str = "llama-3.1-8b") -> list[str]:
-    """The run ids of the shipped count file, in the order they ran."""
-    return list(dict.fromkeys(d["run"] for d in _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")))
-
-
-def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str, HostCount]:
-    """The variants of count run `run` (where None: the latest with ours in it), by name, in HOST_VARIANTS' order (a
-    process counts as the variant its line says it "ran_as", where it says so)."""
-    lines = _shipped_lines(f"counts-{model}.jsonl", "gpu/count_launches.py")
-    run = run or [d["run"] for d in lines if d["variant"] == "ours"][-1]
-    ok = [dict(d, variant=d.get("ran_as", d["variant"])) for d in lines if d["run"] == run and d.get("status") == "ok"]
-    if not ok:
-        raise KeyError(f"no finished count run {run!r}; there are: {count_runs(model)}")
-    found = {}
-    for variant in sorted({d["variant"] for d in ok}, key=lambda v: list(HOST_VARIANTS).index(v)):
-        mine = [d for d in ok if d["variant"] == variant]
-        first, speeds = mine[0], [d["timing"]["tokens_per_s"] for d in mine]
-        c = first["counts"]
-        found[variant] = HostCount(
-            run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"],
-            c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
-            statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
-            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"], first.get("beside", ""))
-    return found
-
-
-def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
-    """host_counts(run) as a Table, each variant against ours of the same run: per micro-batch at 1 x 16, what the
-    host dispatched and waited for, what the GPU worked, and what came of it."""
-    counts = host_counts(run, model)
-    ours = counts.get("ours")
+def peer_repeats(model: str = "llama-3.1-8b", runs: tuple[str, ...] = ("peer1", "peer2")) -> Table:
+    """The spread between runs with the peer inside (issue 31's "peer1" and "peer2", beyond/checks/): each recipe's
+    tokens/s in each run and its ratio to the peer at its batching in that run ("-": that run has no such process)."""
+    per = {run: shipped_runs(model, run) for run in runs}
     body = []
-    for h in counts.values():
-        spread = f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run"
-        body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.layer_host_ms,
-                     h.tokens_per_s, spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
-    first = next(iter(counts.values()))
-    v = first.env.get("versions", {})
-    title = (f"Per micro-batch of 512 tokens at 1 x 16 ({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
-             f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
-             "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
-             "and highest")
-    groups: dict[str, list[str]] = {}  # what else used the GPU meanwhile: {what: the variants beside it}
-    for h in counts.values():
-        groups.setdefault(h.beside, []).append(h.name)
-    title += "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
-    title += f", {' and '.join(groups[''])} alone" if len(groups) > 1 and "" in groups else ""
-    columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
-               Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
-               Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),
-               Column("range"), Column("x ours", fmt=".2f"), Column("GiB", fmt=".2f")]
-    return Table(columns, body, title=title)
+    for label in dict.fromkeys(m.label for ms in per.values() for m in ms):
+        row = [label]
+        for ms in per.values():
+            m = next((x for x in ms if x.label == label and _timed_on_gpu(x)), None)
+            peer = next((p for p in ms if peer_name(p) and m and batching(p) == batching(m) and _timed_on_gpu(p)), None)
+            row += [m.tokens_per_s if m else None, m.tokens_per_s / peer.tokens_per_s if m and peer else None]
+        body.append(row)
+    ids = [next((m.run_id for m in ms), run) for run, ms in per.items()]
+    columns = [Column("recipe", wrap=True)] + [c for i in ids for c in (
+        Column(f"tokens/s, {i}", short=f"tokens/s\n({i.split('-')[0]})", fmt=",.0f"),
+        Column(f"x peer, {i}", short=f"x peer\n({i.split('-')[0]})", fmt=".2f"))]
+    return Table(columns, body, title=f"the same command run {len(runs)} times: " + ", ".join(ids)
+                 + "; x peer: against the peer at the same batching in the same run")

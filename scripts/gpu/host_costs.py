@@ -114,7 +114,7 @@ def dequant_cases(device, dtype) -> dict:
     ops = _dequantize_ops(weight, state, dtype)
     same = torch.equal(direct().clone(), ops) and torch.equal(_dequantize_cuda(weight, state, dtype), ops)
     print(f"dequantize through ctypes (into reused buffers, and fused_lora's) equals bitsandbytes' ops: {same}")
-    for other in (torch.float16, torch.float32):  # fused_lora._CHECKED grows by the dtypes that pass here
+    for other in (torch.float16, torch.float32):  # fused_lora's direct path is used in each dtype that passed
         for nested in (True, False):
             w = bnb.nn.Linear4bit(HIDDEN, HIDDEN, bias=False, compute_dtype=other, quant_type="nf4",
                                   compress_statistics=nested).to(device).weight

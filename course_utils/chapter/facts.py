@@ -18,7 +18,7 @@ a figure of course_utils/chapter/figures.yaml (arithmetic over names allowed): o
   matmul(device="NVIDIA H200")      the GPU's shipped measured bf16 matmul rate (limits.measured_peak: .tflops, .size)
   tried(variant, run=None)          a shipped try of issue 16 against its baseline (course_utils/chapter/toward_the_limit.py)
   profiled(label)                   where that recipe's step time went under torch.profiler (tries.profiled)
-  host(variant, run=None)           a variant of a shipped count run at 1 x 16 (tries.host_counts: operators, waits, ms)
+  host(variant, run=None)           a variant of a shipped count run at 1 x 16 (host_work.host_counts: operators, waits, ms)
   flops(recipe), floor(recipe)      FLOPs per token and memory floor of a recipe (course_utils.limits)
   lib                               constants read from the installed libraries and the course's profiles
   MiB, GiB                          units; mib(x) and gib(x) divide by them

@@ -84,8 +84,12 @@ T4_PEAK_FLOPS = {"fp16": 65e12, "fp32": 8.1e12}  # NVIDIA T4 datasheet: fp16 on 
 # NVIDIA H200 (SXM, what torch names "NVIDIA H200"; the H200 NVL is slower) datasheet: BF16 and FP16 Tensor Core
 # 1,979 TFLOP/s "with sparsity" (2:4 structured), so 989 dense: the rate a dense bf16 matmul can at best reach.
 H200_PEAK_FLOPS = {"bf16": 989e12, "fp16": 989e12}
+# NVIDIA H100 SXM5 (what torch names "NVIDIA H100 80GB HBM3"; the H100 PCIe and NVL are slower) datasheet: the same
+# 1,979 TFLOP/s "with sparsity" in BF16 and FP16 as the H200, so 989 dense
+H100_SXM_PEAK_FLOPS = {"bf16": 989e12, "fp16": 989e12}
 # datasheet peaks by the device name torch reports (a measurement's env["device"])
-DATASHEET_PEAK_FLOPS = {"NVIDIA H200": H200_PEAK_FLOPS, "Tesla T4": T4_PEAK_FLOPS}
+DATASHEET_PEAK_FLOPS = {"NVIDIA H200": H200_PEAK_FLOPS, "NVIDIA H100 80GB HBM3": H100_SXM_PEAK_FLOPS,
+                        "Tesla T4": T4_PEAK_FLOPS}
 
 # The free T4's memory, the one size of that card in the whole course: the profile's card, the estimator's and
 # planner's t4 (HARDWARE), the CLI's help and the texts' named figure t4_gib (course_utils/chapter/figures.yaml).

@@ -53,7 +53,7 @@ from course_utils.estimate.terms import nf4_bits_per_param
 from course_utils.estimate.limits import flops_per_token, memory_floor
 from course_utils.estimate.plan import margin_calibration, tuning_factor
 from course_utils.estimate.planner import plan
-from course_utils.machine import H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
+from course_utils.machine import H100_SXM_PEAK_FLOPS, H200_PEAK_FLOPS, PROFILES, T4_PEAK_FLOPS
 from course_utils.recipe import Recipe, base_recipe_for, ladder, source_chapter_recipe
 from course_utils.results import all_reference_results, reference_results
 
@@ -110,7 +110,8 @@ def _lib() -> SimpleNamespace:
     """Constants the texts state, from the one place each is defined (tests/test_truth.py checks the estimator's
     copies against the installed libraries' source)."""
 
-    return SimpleNamespace(h200_bf16_tflops=H200_PEAK_FLOPS["bf16"] / 1e12,
+    return SimpleNamespace(
+        h200_bf16_tflops=H200_PEAK_FLOPS["bf16"] / 1e12, h100_bf16_tflops=H100_SXM_PEAK_FLOPS["bf16"] / 1e12,
         bnb_state_block=E.BNB_8BIT_BLOCK, bnb_min_8bit_size=E.BNB_MIN_8BIT_SIZE, bnb_page_min=E.BNB_PAGE_MIN,
         nf4_block=E.NF4_BLOCK, nf4_scale_block=E.NF4_SCALE_BLOCK, loss_vocab_tile=E.LOSS_VOCAB_TILE,
         loss_token_tile=E.LOSS_TOKEN_TILE, t4_gib=PROFILES["t4"].card_bytes / GiB,

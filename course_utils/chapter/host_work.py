@@ -21,7 +21,9 @@ from course_utils.show.tables import Column, Table
 # count_launches.py's variants, in the order a table shows them, with the names it shows ("+ reentrant": on fused LoRA)
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
-                 "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm", "unsloth": "Unsloth"}
+                 "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm",
+                 "ours-fused-reentrant-rope": "+ compiled RoPE", "ours-fused-reentrant-norm-rope": "+ F.rms_norm + RoPE",
+                 "unsloth": "Unsloth"}
 
 
 @dataclass(frozen=True)

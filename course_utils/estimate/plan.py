@@ -157,13 +157,14 @@ def _check_runs() -> list:
     planner's speeds are those of its reference GPU). reference/beyond/checks: fused LoRA and reentrant checkpointing
     beside the recipe without them at 16 x 1 and 8 x 2 (scripts/gpu/logs/repeats-20261207/); and each process of the
     count runs at 1 x 16 (beyond/tries/counts-*.jsonl, scripts/gpu/count_launches.py), the only pairs at 1 x 16, but
-    not the processes of a variant that changed something its recipe does not say (-ops: the old dequantize, -norm)."""
+    not the processes of a variant that changed something its recipe does not say (-ops: the old dequantize, -norm,
+    -rope)."""
 
     counts = [Measurement(recipe=d["recipe"], recipe_key=d["recipe_key"], env=d["env"], env_key="", status="ok",
                           tokens_per_s=d["timing"]["tokens_per_s"], source=path.name, run_id=d["run"])
               for path in sorted(shipped("reference", "beyond", "tries").glob("counts-*.jsonl"))
               for d in json_lines(path.read_text()) if d.get("status") == "ok" and d["variant"] != "unsloth"
-              and not d.get("ran_as", d["variant"]).endswith(("-ops", "-norm"))]
+              and not {"ops", "norm", "rope"} & set(d.get("ran_as", d["variant"]).split("-"))]
     return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s]
 
 

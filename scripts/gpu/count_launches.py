@@ -17,7 +17,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   fused LoRA's dequantize through bitsandbytes' ops (COURSE_DEQUANT=ops, as before its direct calls); "-norm": with
   torch's F.rms_norm in place of every RMSNorm (torch_rms_norm, a change tried; patched when training begins: in run
   counts-20261207-dequant it was patched after build() and Trainer.train() put Liger's back, so those processes ran
-  as "ours-fused-reentrant" and their lines say so);
+  as "ours-fused-reentrant" and their lines say so); "-rope" (after "-norm" or in its place): transformers' RoPE
+  function compiled (compiled_rope, a change tried: one generated kernel each way for q and k, in place of Liger's
+  Triton call, patched when training begins);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
   first on PYTHONPATH; the random-weight folder models.preset_path built).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
@@ -69,7 +71,7 @@ if str(ROOT) not in sys.path:  # the peer's child puts its own site directory fi
     sys.path.append(str(ROOT))
 
 VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
-            "ours-fused-reentrant-norm", "unsloth")
+            "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -318,8 +320,10 @@ def child_ours(variant: str, args) -> dict:
 
     class Forward(TrainerCallback):
         def on_train_begin(self, *a, **k):  # after Trainer.train() applied Liger's kernels, which would undo a patch
-            if variant.endswith("-norm"):
+            if "-norm" in variant:
                 notes.append(torch_rms_norm(built.model))
+            if variant.endswith("-rope"):
+                notes.append(compiled_rope())
 
         def on_step_begin(self, *a, **k):
             return holder["cb"].on_step_begin(*a, **k)
@@ -352,6 +356,25 @@ def torch_rms_norm(model) -> str:
             module.forward = (lambda m, e: lambda x: torch.nn.functional.rms_norm(x, m.weight.shape, m.weight, e))(module, eps)
             n += 1
     return f"torch's F.rms_norm in {n} RMSNorm modules (count_launches.py's -norm variant)"
+
+
+def compiled_rope() -> str:
+    """A change tried, not a Recipe knob (yet): Llama's apply_rotary_pos_emb (Liger's, once Trainer.train() put it
+    there) replaced by transformers' own function compiled (torch.compile, static shapes, one graph): q and k rotated
+    by one generated kernel in the forward and one in the backward. Host time per forward and backward on an H100
+    (scripts/gpu/host_costs.py, 2026-12-07 run3): Liger's RoPE 696 us, transformers' 662."""
+    import torch
+    from transformers.models.llama import modeling_llama
+
+    def rope(q, k, cos, sin, unsqueeze_dim=1):  # transformers 5.24's apply_rotary_pos_emb and rotate_half, as written
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        half = q.shape[-1] // 2
+        q_rot = torch.cat((-q[..., half:], q[..., :half]), dim=-1)
+        k_rot = torch.cat((-k[..., half:], k[..., :half]), dim=-1)
+        return q * cos + q_rot * sin, k * cos + k_rot * sin
+
+    modeling_llama.apply_rotary_pos_emb = torch.compile(rope, dynamic=False, fullgraph=True)
+    return "transformers' RoPE compiled in place of Liger's (count_launches.py's -rope variant)"
 
 
 def child_unsloth(args) -> dict:

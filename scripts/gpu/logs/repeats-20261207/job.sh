@@ -29,6 +29,11 @@
 # F1, F2: the peer run the issue's targets name, twice: beyond_recipe.py --set fused --peers unsloth at both settings
 #    (1 x 16: + Liger, + fused LoRA, + reentrant; 16 x 1: offloading, + fused LoRA; Unsloth at each), with today's
 #    direct dequantize.
+# Ran as PARTS="H F1 N F2" (run3/, README.md there; F2 stopped before Unsloth's 1 x 16 process). For the next run,
+# PARTS="R C F3" (about 27 minutes, detached): R the count at 1 x 16 of transformers' RoPE compiled on top of
+# F.rms_norm (the -norm-rope variant) against -norm alone and Unsloth, three processes each, interleaved; C the 1 x 16
+# recipes under the T4 profile in fp16 again, now with fused LoRA's direct dequantize in fp16 (checked equal to the
+# ops' on the H100, never run under the T4 profile); F3 the peer run once more (a third run for the spread).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -81,13 +86,19 @@ partN() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-n.jsonl --tab
               --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-norm,ours-fused-reentrant-norm,unsloth,ours-fused-reentrant} \
               > $OUTD/counts-n.log 2>&1
           echo "N: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-n.log; }
-partF() {  # $1: 1 or 2
+partR() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-r.jsonl --tables $OUTD --run-id counts-$DAY-rope \
+              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm-rope,unsloth,ours-fused-reentrant-norm} \
+              > $OUTD/counts-r.log 2>&1
+          echo "R: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-r.log; }
+partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1
 echo "F$1: beyond_recipe fused, both settings, exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/peer-$1.log
 }
 partF1() { partF 1; }
 partF2() { partF 2; }
+partF3() { partF 3; }
+partF4() { partF 4; }
 partP1() { partP 1; }
 partP2() { partP 2; }
 for part in ${PARTS:-A B1 C B2}; do part$part; done

@@ -137,7 +137,7 @@ def test_the_host_table_sets_each_variant_beside_ours_of_its_own_run():
         names = tuple(h.name for h in counts.values())
         ratios = [line.split()[-2] for line in text.splitlines() if line.startswith(names)]
         assert ratios[:1] == (["1.00"] if "ours" in counts else ["-"])
-    assert tries.host_counts().keys() >= {"ours"}  # the README's table: the latest run with ours in it
+    assert tries.host_counts().keys() >= {"ours"}  # run=None: the latest run with ours in it
     with pytest.raises(KeyError, match="no finished count run 'counts-nope'"):
         tries.host_counts("counts-nope")
 

@@ -22,7 +22,7 @@ from course_utils.show.tables import Column, Table
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
                  "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm",
-                 "ours-fused-reentrant-rope": "+ compiled RoPE", "ours-fused-reentrant-norm-rope": "+ F.rms_norm + RoPE",
+                 "ours-fused-reentrant-rope": "+ compiled RoPE", "ours-fused-reentrant-norm-rope": "+ F.rms_norm + compiled RoPE",
                  "unsloth": "Unsloth"}
 
 
@@ -155,14 +155,14 @@ def changes_table(model: str = "llama-3.1-8b") -> Table:
     """changes() as a Table, up to three rows a change, all from its run: without it, with it (and its factor), and
     Unsloth where the run had it (what remains): per micro-batch of 512 tokens at 1 x 16, what the host dispatched
     and waited for, what the GPU worked, and what came of it."""
-    body = []
-    for c in changes(model):
+    body, found = [], changes(model)
+    for c in found:
         rows = [(c.change, "without", c.before, None), (c.run.removeprefix("counts-"), "with", c.after, c.speedup)]
         for first, what, h, factor in rows + ([("", "Unsloth", c.unsloth, None)] if c.unsloth else []):
             spread = f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run"
             body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.tokens_per_s,
                          spread, factor])
-    devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in changes(model)}))
+    devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in found}))
     title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16, in the order tried: "
              f"without it, with it and Unsloth, in the one run named (count_launches.py on an {devices}; each "
              "variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest and "

@@ -150,7 +150,7 @@ def loss_table(runs: list) -> Table:
             continue
         a = loss_agreement(src, m)
         table.append([m.label, a["steps"], a["max_gap"], a["mean_gap"], a["apart_from"] or "-", a["fall_b"]])
-    return Table([Column("against the first recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
+    return Table([Column("against the source (else the first) recipe's losses", short="recipe", wrap=True), Column("steps", fmt="d"),
                   Column("largest gap", short="largest\ngap", fmt=".4f"),
                   Column("mean gap", short="mean\ngap", fmt=".4f"),
                   Column(f"apart (> {LOSSES_APART}) from step", short="apart\nfrom", align="right"),

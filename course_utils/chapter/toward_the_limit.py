@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import statistics
 from dataclasses import dataclass
 
 from course_utils.chapter.shipped_runs import (batching, by_label, describe_reference, format_rows, loss_table,
@@ -405,7 +404,7 @@ def peer_repeats(model: str = "llama-3.1-8b", runs: tuple[str, ...] = ("peer1", 
         body.append(row)
     ids = [next((m.run_id for m in ms), run) for run, ms in per.items()]
     columns = [Column("recipe", wrap=True)] + [c for i in ids for c in (
-        Column(f"tokens/s, {i}", short=f"tokens/s\n({i.split('-')[0]})", fmt=",.0f"),
-        Column(f"x peer, {i}", short=f"x peer\n({i.split('-')[0]})", fmt=".2f"))]
+        Column(f"tokens/s, {i}", short=f"tokens/s\n({i.rsplit('-', 1)[0]})", fmt=",.0f"),
+        Column(f"x peer, {i}", short=f"x peer\n({i.rsplit('-', 1)[0]})", fmt=".2f"))]
     return Table(columns, body, title=f"the same command run {len(runs)} times: " + ", ".join(ids)
                  + "; x peer: against the peer at the same batching in the same run")

@@ -127,7 +127,7 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
         others = tuple(k for k in TUNING_KNOBS if k != knob)
         pairs = []
         for r2, t2, run2 in runs:
-            plain = r2.with_(**{knob: default})
+            plain = _without(r2, knob, default)
             if getattr(r2, knob) == default or not same_setup(plain, before, ignore=BATCHING + others):
                 continue
             differ = sum(getattr(plain, k) != getattr(before, k) for k in others)
@@ -149,6 +149,13 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
 
 
 BATCHING = ("micro_batch", "grad_accum", "optimizer")
+
+
+@functools.lru_cache(maxsize=None)
+def _without(r: Recipe, knob: str, default) -> Recipe:
+    """r with `knob` back at its default: tuning_factor asks it of every run for every recipe it prices (a Recipe is
+    frozen, so one copy serves every ask; Recipe.with_ validates each field, the planner's slowest step before)."""
+    return r.with_(**{knob: default})
 
 
 @functools.lru_cache(maxsize=1)

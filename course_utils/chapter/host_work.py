@@ -22,7 +22,8 @@ from course_utils.show.tables import Column, Table
 HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fused LoRA",
                  "ours-fused-lean": "+ fused LoRA + lean host", "ours-fused-reentrant-ops": "old dequant",
                  "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm",
-                 "ours-fused-reentrant-rope": "+ compiled RoPE", "ours-fused-reentrant-norm-rope": "+ F.rms_norm + compiled RoPE",
+                 "ours-fused-reentrant-rope": "+ compiled RoPE",
+                 "ours-fused-reentrant-norm-rope": "+ F.rms_norm + compiled RoPE",
                  "unsloth": "Unsloth"}
 
 
@@ -54,6 +55,11 @@ class HostCount:
     @property
     def name(self) -> str:
         return HOST_VARIANTS.get(self.variant, self.variant)
+
+    @property
+    def spread(self) -> str:
+        """The lowest and the highest process's tokens/s ("1 run" where there was one process)."""
+        return f"{self.tokens_per_s_low:,.0f}-{self.tokens_per_s_high:,.0f}" if self.processes > 1 else "1 run"
 
 
 def count_runs(model: str = "llama-3.1-8b") -> list[str]:
@@ -89,9 +95,8 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     ours = counts.get("ours")
     body = []
     for h in counts.values():
-        spread = f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run"
         body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.layer_host_ms,
-                     h.tokens_per_s, spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
+                     h.tokens_per_s, h.spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
     first = next(iter(counts.values()))
     v = first.env.get("versions", {})
     title = (f"Per micro-batch of 512 tokens at 1 x 16 ({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
@@ -110,18 +115,15 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
     return Table(columns, body, title=title)
 
 
-# Each change tried on the host's work, in the order tried: (the change, where it lives: a Recipe knob the planner can
-# offer, part of one, or no knob (measured by count_launches.py only), the count run that measured it, the variant
-# before it, the variant with it).
+# Each change tried on the host's work, in the order tried: (the change, the count run that measured it, the variant
+# before it, the variant with it). Lean host, fused LoRA and reentrant checkpointing are Recipe knobs, the ctypes
+# dequantize is fused LoRA's own path on CUDA, F.rms_norm only count_launches.py's -norm variant (README.md says more).
 CHANGES = (
-    ("lean host", "Recipe(lean_host=True)", "counts-20261203", "ours", "ours-lean"),
-    ("fused LoRA", "Recipe(fused_lora=True)", "counts-20261207-repeats", "ours", "ours-fused"),
-    ("reentrant ckpt", "Recipe(reentrant_checkpointing=True)", "counts-20261207-reentrant", "ours-fused",
-     "ours-fused-reentrant"),
-    ("ctypes dequantize", "fused LoRA's own path on CUDA", "counts-20261207-dequant", "ours-fused-reentrant-ops",
-     "ours-fused-reentrant"),
-    ("F.rms_norm", "no knob: count_launches.py's -norm variant", "counts-20261207-norm", "ours-fused-reentrant",
-     "ours-fused-reentrant-norm"),
+    ("lean host", "counts-20261203", "ours", "ours-lean"),
+    ("fused LoRA", "counts-20261207-repeats", "ours", "ours-fused"),
+    ("reentrant ckpt", "counts-20261207-reentrant", "ours-fused", "ours-fused-reentrant"),
+    ("ctypes dequantize", "counts-20261207-dequant", "ours-fused-reentrant-ops", "ours-fused-reentrant"),
+    ("F.rms_norm", "counts-20261207-norm", "ours-fused-reentrant", "ours-fused-reentrant-norm"),
 )
 
 
@@ -130,7 +132,6 @@ class Change:
     """One change tried: the counts per micro-batch before and with it, and Unsloth's, all of one run."""
 
     change: str
-    lives: str
     run: str
     before: HostCount
     after: HostCount
@@ -145,9 +146,9 @@ class Change:
 def changes(model: str = "llama-3.1-8b") -> list[Change]:
     """CHANGES, each from its run."""
     out = []
-    for change, lives, run, before, after in CHANGES:
+    for change, run, before, after in CHANGES:
         counts = host_counts(run, model)
-        out.append(Change(change, lives, run, counts[before], counts[after], counts.get("unsloth")))
+        out.append(Change(change, run, counts[before], counts[after], counts.get("unsloth")))
     return out
 
 
@@ -159,9 +160,8 @@ def changes_table(model: str = "llama-3.1-8b") -> Table:
     for c in found:
         rows = [(c.change, "without", c.before, None), (c.run.removeprefix("counts-"), "with", c.after, c.speedup)]
         for first, what, h, factor in rows + ([("", "Unsloth", c.unsloth, None)] if c.unsloth else []):
-            spread = f"{h.tokens_per_s_low:,.0f}-{h.tokens_per_s_high:,.0f}" if h.processes > 1 else "1 run"
             body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.tokens_per_s,
-                         spread, factor])
+                         h.spread, factor])
     devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in found}))
     title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16, in the order tried: "
              f"without it, with it and Unsloth, in the one run named (count_launches.py on an {devices}; each "

@@ -185,3 +185,40 @@ def test_the_changes_table_shows_every_change_a_count_run_measured_before_and_wi
     measured = {d.get("ran_as", d["variant"]) for d in lines} - {"unsloth"}
     assert measured <= {c[2] for c in host_work.CHANGES} | {c[3] for c in host_work.CHANGES}
     assert len(text.splitlines()[0]) <= 100 and "1 x 16" in text
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_layer_offload_moves_each_layer_input_into_buffers_made_once_and_trains_the_same(reentrant):
+    """scripts/gpu/layer_offload.py (count_launches.py's -pinned variants, issue 31): under checkpointing it takes each
+    decoder layer's input and nothing else, the pool of buffers stops growing after the first micro-batch, and the
+    gradients are those of training without it, to the bit (on a CPU its copies are CPU copies)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import layer_offload
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1)
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+
+    def train(offload: bool):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(cfg).train()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        if reentrant:
+            model.enable_input_require_grads()
+        ctx = layer_offload.LayerInputOffload(model, cfg.hidden_size) if offload else None
+        grads = []
+        for _ in range(3):
+            model.zero_grad()
+            with ctx or torch.enable_grad():
+                model(input_ids=ids, labels=ids).loss.backward()
+            grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        return grads, ctx
+
+    plain, _ = train(False)
+    moved, ctx = train(True)
+    assert ctx.offloaded == 3 * 3 and ctx.allocated == 3 and not ctx.entries
+    assert all(torch.equal(a, b) for x, y in zip(plain, moved) for a, b in zip(x, y))
+    with pytest.raises(ValueError, match="no module named \\*DecoderLayer"):
+        layer_offload.LayerInputOffload(torch.nn.Linear(2, 2), 2)

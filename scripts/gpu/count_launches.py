@@ -21,7 +21,12 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   function compiled (compiled_rope, a change tried: one generated kernel each way for q and k, in place of Liger's
   Triton call, patched when training begins);
 - "unsloth": Unsloth 2026.10.9 at 1 x 16 as scripts/gpu/peer_unsloth.py trains it (its own site directory, --peer-site,
-  first on PYTHONPATH; the random-weight folder models.preset_path built).
+  first on PYTHONPATH; the random-weight folder models.preset_path built); "unsloth-16x1" the same at 16 x 1;
+- at 16 x 1 (one micro-batch a step: the profiled window is the last step, its optimizer step inside): "fast-fused",
+  the peer table's 16 x 1 recipe ("fast, embeddings + activations on CPU (16x1)", trl's activation offloader) with
+  fused LoRA; "fast-fused-pinned" with layer_offload.py's offloader in place of trl's (each layer's input only, into
+  pinned buffers allocated once; installed when training begins); "fast-fused-reentrant-pinned" that with reentrant
+  checkpointing too (as Unsloth's offloaded checkpoint; trl's offloader cannot go with it).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
 
 In each process: step 0 warms up (not counted); steps 1 .. steps-2 are timed as course_utils.probe times them
@@ -71,7 +76,8 @@ if str(ROOT) not in sys.path:  # the peer's child puts its own site directory fi
     sys.path.append(str(ROOT))
 
 VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
-            "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth")
+            "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth",
+            "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -293,13 +299,19 @@ def ours_recipe(variant: str, model: str, steps: int):
     from course_utils.chapter import beyond_the_recipe as beyond
     from course_utils.machine import device_type
 
-    if device_type() == "cuda":
+    if variant.startswith("fast"):  # 16 x 1: "fast, embeddings + activations on CPU (16x1)", the peer table's
+        recipe = beyond.path_from(beyond.source(model, steps))[6]
+        if device_type() != "cuda":  # activation offloading is CUDA only: the same without it (a smoke test)
+            recipe = beyond.path_here(model)[6].with_(offload_activations=False, liger_kernels=False, label="fast (CPU)")
+    elif device_type() == "cuda":
         recipe = beyond.path_from(beyond.source(model, steps))[3]  # "+ Liger kernels" (1x16)
     else:  # notebook 09's CPU rung, Liger off (CUDA only): a smoke test of this script
         recipe = beyond.path_here(model)[3].with_(liger_kernels=False, steps=steps, label="+ Liger kernels (CPU: off)")
     recipe = recipe.with_(steps=steps, warmup_steps=1, label=recipe.label)
-    if variant.startswith("ours-fused"):
+    if variant.startswith(("ours-fused", "fast-fused")):
         recipe = recipe.with_(fused_lora=True, label=recipe.label + ", fused LoRA")
+    if variant.endswith("-pinned"):  # trl's offloader off: layer_offload.py's goes in when training begins
+        recipe = recipe.with_(offload_activations=False, label=recipe.label + ", layer inputs to pinned buffers")
     if "-reentrant" in variant:
         recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
     if variant.endswith("-lean"):
@@ -324,6 +336,10 @@ def child_ours(variant: str, args) -> dict:
                 notes.append(torch_rms_norm(built.model))
             if variant.endswith("-rope"):
                 notes.append(compiled_rope())
+            if variant.endswith("-pinned"):
+                import layer_offload
+
+                notes.append(layer_offload.install(built.trainer))
 
         def on_step_begin(self, *a, **k):
             return holder["cb"].on_step_begin(*a, **k)
@@ -339,6 +355,10 @@ def child_ours(variant: str, args) -> dict:
     torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     built.trainer.train()
     losses = [round(r["loss"], 4) for r in built.trainer.state.log_history if "loss" in r]
+    offload = built.trainer.maybe_activation_offload_context
+    if hasattr(offload, "allocated"):  # layer_offload.py's: what it moved, and how many buffers it ever made
+        notes.append(f"{offload.offloaded} layer inputs moved over {recipe.steps * recipe.grad_accum} micro-batches, "
+                     f"{offload.allocated} pinned buffers made")
     return dict(label=recipe.label, recipe=recipe.to_dict(), recipe_key=recipe.key, notes=notes,
                 env=environment_record(), losses=losses, counter=counter)
 
@@ -378,7 +398,7 @@ def compiled_rope() -> str:
     return "transformers' RoPE compiled in place of Liger's (count_launches.py's -rope variant)"
 
 
-def child_unsloth(args) -> dict:
+def child_unsloth(variant: str, args) -> dict:
     sys.path.insert(0, str(ROOT / "scripts" / "device"))
     import peer_unsloth as P
 
@@ -392,7 +412,8 @@ def child_unsloth(args) -> dict:
     from trl import SFTConfig, SFTTrainer
 
     model_dir = Path(args.model_dir) if args.model_dir else P.default_model_dir(args.model)
-    recipe = P.peer_recipe(args.model, 1, 16, args.steps, version)
+    micro, accum = (16, 1) if variant == "unsloth-16x1" else (1, 16)
+    recipe = P.peer_recipe(args.model, micro, accum, args.steps, version)
     rows = P.training_rows(AutoTokenizer.from_pretrained(model_dir), recipe)
     model, tokenizer = P.load_unsloth(model_dir, recipe)
     from transformers import TrainerCallback
@@ -427,7 +448,7 @@ def child_unsloth(args) -> dict:
 
 def child(variant: str, args) -> None:
     t0 = time.perf_counter()
-    got = child_unsloth(args) if variant == "unsloth" else child_ours(variant, args)  # unsloth: imported first
+    got = child_unsloth(variant, args) if variant.startswith("unsloth") else child_ours(variant, args)  # it first
     import torch
 
     counter = got.pop("counter")
@@ -453,7 +474,7 @@ def child_env(variant: str, args) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
     if variant.endswith("-ops"):  # fused LoRA's dequantize through bitsandbytes' ops, as before 2026-12-07's change
         env["COURSE_DEQUANT"] = "ops"
-    if variant == "unsloth":  # the peer's site directory first, this checkout after it, not our site directory
+    if variant.startswith("unsloth"):  # the peer's site directory first, this checkout after it, not our site directory
         env["PYTHONPATH"] = os.pathsep.join([args.peer_site, str(ROOT)])
         env["HF_DATASETS_OFFLINE"] = "1"
     return env
@@ -533,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER, flush=True)
     seen: set = set()
     for name in order:
-        if name == "unsloth" and not Path(args.peer_site).is_dir():
+        if name.startswith("unsloth") and not Path(args.peer_site).is_dir():
             print(f"unsloth: no site directory at {args.peer_site} (scripts/device/peer_wheels.py); skipped", flush=True)
             continue
         first = name not in seen

@@ -34,6 +34,9 @@
 # F.rms_norm (the -norm-rope variant) against -norm alone and Unsloth, three processes each, interleaved; C the 1 x 16
 # recipes under the T4 profile in fp16 again, now with fused LoRA's direct dequantize in fp16 (checked equal to the
 # ops' on the H100, never run under the T4 profile); F3 the peer run once more (a third run for the spread).
+# Ran as PARTS="R C" (run4/). Then PARTS=O (run5/, about 8 minutes): the count at 16 x 1 of layer_offload.py's
+# offloader (each layer's input only, pinned buffers allocated once) in place of trl's, without and with reentrant
+# checkpointing, against trl's and Unsloth at 16 x 1, two processes each, interleaved.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -90,6 +93,10 @@ partR() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-r.jsonl --tab
               --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm-rope,unsloth,ours-fused-reentrant-norm} \
               > $OUTD/counts-r.log 2>&1
           echo "R: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-r.log; }
+partO() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-o.jsonl --tables $OUTD --run-id counts-$DAY-offload \
+              --steps 5 --window 1 --timeout 200 --variants ${VARIANTS:-fast-fused-pinned,fast-fused,fast-fused-reentrant-pinned,unsloth-16x1,unsloth-16x1,fast-fused-reentrant-pinned,fast-fused,fast-fused-pinned} \
+              > $OUTD/counts-o.log 2>&1
+          echo "O: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-o.log; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

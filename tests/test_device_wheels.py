@@ -69,10 +69,10 @@ def test_a_notebook_stopped_by_the_limit_is_recorded_with_the_cell_it_was_in(tmp
     (tmp_path / "home" / "models").mkdir(parents=True)
     logs = tmp_path / "logs"
     logs.mkdir()
-    record = check["check_one"](nb, "small", tmp_path / "home", logs, True, 20.0)  # room for a busy start-up
+    record = check["check_one"](nb, "small", tmp_path / "home", logs, True, 12.0)  # room for a busy start-up
     assert not record["ran_through"] and record["wall_s"] < 120
-    assert record["first_failure"].startswith("stopped at the 20 s limit in cell 1 (1 cells done)")
-    skipped = check["not_run"](nb, "small", "not started: 20 s of the --deadline left")
+    assert record["first_failure"].startswith("stopped at the 12 s limit in cell 1 (1 cells done)")
+    skipped = check["not_run"](nb, "small", "not started: 12 s of the --deadline left")
     assert set(skipped) == set(record) and not skipped["ran_through"]
 
 

@@ -117,13 +117,15 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
 
 # Each change tried on the host's work, in the order tried: (the change, the count run that measured it, the variant
 # before it, the variant with it). Lean host, fused LoRA and reentrant checkpointing are Recipe knobs, the ctypes
-# dequantize is fused LoRA's own path on CUDA, F.rms_norm only count_launches.py's -norm variant (README.md says more).
+# dequantize is fused LoRA's own path on CUDA, F.rms_norm and the compiled RoPE only count_launches.py's -norm and -rope
+# variants (README.md says more).
 CHANGES = (
     ("lean host", "counts-20261203", "ours", "ours-lean"),
     ("fused LoRA", "counts-20261207-repeats", "ours", "ours-fused"),
     ("reentrant ckpt", "counts-20261207-reentrant", "ours-fused", "ours-fused-reentrant"),
     ("ctypes dequantize", "counts-20261207-dequant", "ours-fused-reentrant-ops", "ours-fused-reentrant"),
     ("F.rms_norm", "counts-20261207-norm", "ours-fused-reentrant", "ours-fused-reentrant-norm"),
+    ("compiled RoPE", "counts-20261207-rope", "ours-fused-reentrant-norm", "ours-fused-reentrant-norm-rope"),
 )
 
 

@@ -52,9 +52,9 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
     through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops: in bf16, fp16 and fp32, with
     and without double quantization, its result equals the ops' to the bit (scripts/gpu/host_costs.py on an H100,
-    2026-12-07, scripts/gpu/logs/repeats-20261207/run3/)."""
+    2026-12-07, scripts/gpu/logs/repeats-20261207/run3/). Under torch.compile, the ops (Dynamo traces them; not ctypes)."""
     state = weight.quant_state
-    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
+    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE and not torch.compiler.is_compiling():
         return _dequantize_cuda(weight, state, dtype)
     return _dequantize_ops(weight, state, dtype)
 

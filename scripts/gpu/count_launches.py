@@ -26,7 +26,10 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   the peer table's 16 x 1 recipe ("fast, embeddings + activations on CPU (16x1)", trl's activation offloader) with
   fused LoRA; "fast-fused-pinned" with layer_offload.py's offloader in place of trl's (each layer's input only, into
   pinned buffers allocated once; installed when training begins); "fast-fused-reentrant-pinned" that with reentrant
-  checkpointing too (as Unsloth's offloaded checkpoint; trl's offloader cannot go with it).
+  checkpointing too (as Unsloth's offloaded checkpoint; trl's offloader cannot go with it);
+- "ours-fused-compiled", "ours-fused-reentrant-compiled": fused LoRA (+ reentrant) with each decoder layer compiled
+  (compiled_layers) and Liger off (its RoPE breaks the graph): transformers' RMSNorm, SwiGLU and RoPE for Inductor to
+  fuse, when training begins.
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
 
 In each process: step 0 warms up (not counted); steps 1 .. steps-2 are timed as course_utils.probe times them
@@ -77,7 +80,8 @@ if str(ROOT) not in sys.path:  # the peer's child puts its own site directory fi
 
 VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
             "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth",
-            "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1")
+            "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1",
+            "ours-fused-reentrant-compiled", "ours-fused-compiled")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -314,6 +318,9 @@ def ours_recipe(variant: str, model: str, steps: int):
         recipe = recipe.with_(offload_activations=False, label=recipe.label + ", layer inputs to pinned buffers")
     if "-reentrant" in variant:
         recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
+    if variant.endswith("-compiled"):  # Liger's RoPE breaks a compiled graph (README.md): transformers' layers
+        recipe = recipe.with_(liger_kernels=False, label=recipe.label.replace("+ Liger kernels", "no Liger")
+                              + ", layers compiled")
     if variant.endswith("-lean"):
         recipe = recipe.with_(lean_host=True, label=recipe.label + ", lean host")
     return recipe
@@ -336,6 +343,8 @@ def child_ours(variant: str, args) -> dict:
                 notes.append(torch_rms_norm(built.model))
             if variant.endswith("-rope"):
                 notes.append(compiled_rope())
+            if variant.endswith("-compiled"):
+                notes.append(compiled_layers(built))
             if variant.endswith("-pinned"):
                 import layer_offload
 
@@ -355,6 +364,10 @@ def child_ours(variant: str, args) -> dict:
     torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     built.trainer.train()
     losses = [round(r["loss"], 4) for r in built.trainer.state.log_history if "loss" in r]
+    if variant.endswith("-compiled"):  # what torch.compile made of the layers: one graph, no break, expected
+        from try_step_changes import compile_counts
+
+        notes.append(f"torch.compile: {json.dumps(compile_counts())}")
     offload = built.trainer.maybe_activation_offload_context
     if hasattr(offload, "allocated"):  # layer_offload.py's: what it moved, and how many buffers it ever made
         notes.append(f"{offload.offloaded} layer inputs moved over {recipe.steps * recipe.grad_accum} micro-batches, "
@@ -377,6 +390,22 @@ def torch_rms_norm(model) -> str:
             module.forward = (lambda m, e: lambda x: torch.nn.functional.rms_norm(x, m.weight.shape, m.weight, e))(module, eps)
             n += 1
     return f"torch's F.rms_norm in {n} RMSNorm modules (count_launches.py's -norm variant)"
+
+
+def compiled_layers(built) -> str:
+    """Each decoder layer under torch.compile (try_step_changes.compile_layers: one graph the layers share), with
+    Dynamo told to let transformers' output-capturing context variable, which the layer sets inside the checkpoint,
+    go unreplayed in the recomputation (torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint; without
+    it the checkpoint breaks the graph and nothing compiles, on a CPU with and without fused LoRA). Fused LoRA's
+    dequantize goes through bitsandbytes' ops while compiling (torch.library ops Dynamo can trace; its ctypes calls
+    are not). On a CPU (tiny model, 2026-12-07): one graph, no graph break, no recompile, the same losses, with
+    non-reentrant and reentrant checkpointing. Per-layer compile is the issue's last change."""
+    import torch
+    from try_step_changes import compile_layers
+
+    torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
+    compile_layers(built)
+    return "each decoder layer compiled (count_launches.py's -compiled variants)"
 
 
 def compiled_rope() -> str:

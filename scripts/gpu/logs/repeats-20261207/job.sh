@@ -36,7 +36,10 @@
 # ops' on the H100, never run under the T4 profile); F3 the peer run once more (a third run for the spread).
 # Ran as PARTS="R C" (run4/). Then PARTS=O (run5/, about 8 minutes): the count at 16 x 1 of layer_offload.py's
 # offloader (each layer's input only, pinned buffers allocated once) in place of trl's, without and with reentrant
-# checkpointing, against trl's and Unsloth at 16 x 1, two processes each, interleaved.
+# checkpointing, against trl's and Unsloth at 16 x 1, two processes each, interleaved. And PARTS="K O" for the next
+# session (about 22 minutes): K the count at 1 x 16 of fused LoRA + reentrant with each decoder layer compiled
+# (the -compiled variant, Liger off; on a CPU one graph, no break, 4,761 -> 1,957 operators a micro-batch) against
+# the same uncompiled and Unsloth, three processes each, interleaved (steps 6: the first compiles).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -97,6 +100,10 @@ partO() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-o.jsonl --tab
               --steps 5 --window 1 --timeout 200 --variants ${VARIANTS:-fast-fused-pinned,fast-fused,fast-fused-reentrant-pinned,unsloth-16x1,unsloth-16x1,fast-fused-reentrant-pinned,fast-fused,fast-fused-pinned} \
               > $OUTD/counts-o.log 2>&1
           echo "O: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-o.log; }
+partK() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-k.jsonl --tables $OUTD --run-id counts-$DAY-compiled \
+              --steps 6 --window 2 --timeout 400 --variants ${VARIANTS:-ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled,ours-fused-reentrant-compiled,unsloth,ours-fused-reentrant} \
+              > $OUTD/counts-k.log 2>&1
+          echo "K: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-k.log; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -264,7 +264,7 @@ def prepare_kbit_kwargs(recipe: Recipe) -> dict | None:
     # peft upcasts every non-quantized weight (embeddings, norms, lm_head) to fp32 here, and by
     # default turns on gradient checkpointing; we let the recipe decide that.
     return dict(use_gradient_checkpointing=recipe.gradient_checkpointing,
-                gradient_checkpointing_kwargs={"use_reentrant": recipe.reentrant_checkpointing})
+                activation_checkpointing_kwargs={"use_reentrant": recipe.reentrant_checkpointing})
 
 
 @dataclass

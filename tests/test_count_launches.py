@@ -204,7 +204,7 @@ def test_layer_offload_moves_each_layer_input_into_buffers_made_once_and_trains_
     def train(offload: bool):
         torch.manual_seed(0)
         model = LlamaForCausalLM(cfg).train()
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
         if reentrant:
             model.enable_input_require_grads()
         ctx = layer_offload.LayerInputOffload(model, cfg.hidden_size) if offload else None

@@ -41,7 +41,7 @@ def test_source_recipe_objects():
     assert q.bnb_4bit_compute_dtype == torch.bfloat16 and q.bnb_4bit_quant_storage == torch.uint8
     assert o.model_kwargs["dtype"] == torch.bfloat16 and o.model_kwargs["quantization_config"] is q
     assert o.prepare_kbit_kwargs == {"use_gradient_checkpointing": True,
-                                     "gradient_checkpointing_kwargs": {"use_reentrant": False}}
+                                     "activation_checkpointing_kwargs": {"use_reentrant": False}}
     assert (o.lora_config.r, o.lora_config.lora_alpha, o.lora_config.lora_dropout) == (16, 32, 0.05)
     kw = o.sft_kwargs
     assert (kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"], kw["max_length"]) == (1, 16, 512)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "device"))
 from peer_wheels import CARRY_LIMIT, strip_wheel  # noqa: E402
 
 # name: the version to take when this environment does not have the package (a CPU checkout has no liger-kernel)
-VERSIONS = {"transformers": "5.24.0", "trl": "1.16.0", "peft": "0.21.2", "bitsandbytes": "0.50.2",
+VERSIONS = {"transformers": "5.24.0", "trl": "1.16.0", "peft": "0.22.0", "bitsandbytes": "0.50.2",
             "datasets": "5.2.0", "liger-kernel": "0.8.5", "dill": "0.4.1", "multiprocess": "0.70.19",
             "ipywidgets": "8.1.8"}
 # ipywidgets and what it needs that the GPU image lacks (the image has pygments, psutil, typing_extensions)

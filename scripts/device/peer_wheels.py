@@ -10,7 +10,7 @@ Unsloth 2026.10.9 pins transformers <= 5.17, trl <= 1.15 and datasets < 5, which
 its own site directory, installed on the GPU machine with
 
     pip install --no-index --no-deps --target /tmp/unsl-site .whl-unsloth/*.whl \
-        .whl/bitsandbytes-*.whl .whl/peft-*.whl .whl/tokenizers-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl
+        .whl/bitsandbytes-*.whl .whl/tokenizers-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl
 
 (torch, triton, accelerate, sentencepiece, protobuf and the rest come from the machine's image).
 Not carried: xformers (Unsloth falls back to PyTorch's SDPA when it is missing), cut_cross_entropy
@@ -31,13 +31,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # The peer environment's versions: Unsloth, the unsloth_zoo it is released with, and the newest
-# transformers, trl and datasets its pins allow.
-PEER_PINS = ("unsloth==2026.10.9", "unsloth_zoo==2026.10.9", "transformers==5.17.0", "trl==1.15.0",
+# transformers, trl and datasets its pins allow; peft the 0.21.2 every shipped peer run used (the course moved to
+# peft 0.22, whose activation_checkpointing_kwargs it passes, on 2026-12-07; Unsloth was never run with it).
+PEER_PINS = ("unsloth==2026.10.9", "unsloth_zoo==2026.10.9", "transformers==5.17.0", "trl==1.15.0", "peft==0.21.2",
              "datasets==4.8.5")
 # what `import unsloth` and a QLoRA run never touch: the Studio web app and the command-line tool
 STRIP = ("studio/", "unsloth_cli/")
 # wheels the course's own .whl/ already carries, installed into the peer's site directory too
-SHARED = ("bitsandbytes", "peft", "tokenizers", "dill", "multiprocess")
+SHARED = ("bitsandbytes", "tokenizers", "dill", "multiprocess")
 CARRY_LIMIT = 64 * 2**20  # what one device call carries: the working tree plus the carried folders
 # What the GPU machine's image has (/work/.library/device/KINDS.md, "Python packages already there"), by import
 # name, among what Unsloth's modules import: anything else must be in the peer's site directory.

@@ -47,7 +47,7 @@ mkdir -p $OUTD
 rm -rf /tmp/repo && cp -r "$PWD" /tmp/repo && cd /tmp/repo
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > $OUTD/install.log 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/unsl-site .whl-unsloth/*.whl \
-    .whl/bitsandbytes-*.whl .whl/peft-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl >> $OUTD/install.log 2>&1
+    .whl/bitsandbytes-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl >> $OUTD/install.log 2>&1  # peft: its own 0.21.2
 echo "installs done after $(( $(date +%s) - T0 )) s" >> $OUTD/install.log
 export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 COURSE_HOME=/tmp/ch PYTHONUNBUFFERED=1
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; nproc; git log --oneline -1 2>/dev/null; \

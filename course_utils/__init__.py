@@ -15,8 +15,10 @@ import warnings as _warnings
 from course_utils.common import __version__
 from course_utils.recipe import Recipe, RecipeError, ladder, source_chapter_recipe
 
-# Library noise a learner cannot act on: peft calls transformers' gradient-checkpointing methods by
-# their pre-5 names, and bitsandbytes logs that an optional CPU kernel package is absent.
+# Library noise a learner cannot act on: transformers' pre-5 names, deprecated for v6, called from inside the
+# libraries (peft before 0.22 called gradient_checkpointing_enable; with peft 0.22 a CPU run of the source recipe
+# and of fused LoRA + reentrant warns no more, 2026-12-07), and bitsandbytes logs that an optional CPU kernel
+# package is absent.
 _warnings.filterwarnings("ignore", message=r".*deprecated and will be removed in v6.*", category=FutureWarning)
 # Printed to stderr where it happens; as a warning it would also print the caller's file path.
 _warnings.filterwarnings("ignore", category=UserWarning, message=r"Could not reach the Hugging Face hub.*")

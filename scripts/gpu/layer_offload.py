@@ -37,7 +37,7 @@ class LayerInputOffload:
             raise ValueError("LayerInputOffload: the model has no module named *DecoderLayer to take inputs from")
         for layer in self.layers:
             layer.register_forward_pre_hook(self._mark)
-        self.cuda = next(model.parameters()).is_cuda or any(p.is_cuda for p in model.parameters())
+        self.cuda = any(p.is_cuda for p in model.parameters())  # (the embedding table may stay on the CPU)
         self.copy_stream = torch.cuda.Stream() if self.cuda else None
         self.pool: dict[tuple, list[torch.Tensor]] = {}
         self.allocated = 0  # pinned buffers made so far (the pool's size): grows in the first micro-batch only

@@ -84,26 +84,17 @@ partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 3
 partT() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 09:small,08:small \
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
           echo "T: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
-partD() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-d.jsonl --tables $OUTD --run-id counts-$DAY-dequant \
-              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-ops,ours-fused-reentrant,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant,ours-fused-reentrant-ops} \
-              > $OUTD/counts-d.log 2>&1
-          echo "D: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-d.log; }
-partN() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-n.jsonl --tables $OUTD --run-id counts-$DAY-norm \
-              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-norm,ours-fused-reentrant-norm,unsloth,ours-fused-reentrant} \
-              > $OUTD/counts-n.log 2>&1
-          echo "N: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-n.log; }
-partR() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-r.jsonl --tables $OUTD --run-id counts-$DAY-rope \
-              --steps 5 --window 2 --timeout 200 --variants ${VARIANTS:-ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm-rope,unsloth,ours-fused-reentrant-norm} \
-              > $OUTD/counts-r.log 2>&1
-          echo "R: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-r.log; }
-partO() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-o.jsonl --tables $OUTD --run-id counts-$DAY-offload \
-              --steps 5 --window 1 --timeout 200 --variants ${VARIANTS:-fast-fused-pinned,fast-fused,fast-fused-reentrant-pinned,unsloth-16x1,unsloth-16x1,fast-fused-reentrant-pinned,fast-fused,fast-fused-pinned} \
-              > $OUTD/counts-o.log 2>&1
-          echo "O: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-o.log; }
-partK() { python3 scripts/gpu/count_launches.py --out $OUTD/counts-k.jsonl --tables $OUTD --run-id counts-$DAY-compiled \
-              --steps 6 --window 2 --timeout 400 --variants ${VARIANTS:-ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled,ours-fused-reentrant-compiled,unsloth,ours-fused-reentrant} \
-              > $OUTD/counts-k.log 2>&1
-          echo "K: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-k.log; }
+counts() {  # one count run: $1 the part's letter, $2 the run id's end, $3 steps, $4 micro-batches profiled, $5 timeout,
+            # $6 the variants, in order (VARIANTS, where set, in their place)
+python3 scripts/gpu/count_launches.py --out $OUTD/counts-${1,}.jsonl --tables $OUTD --run-id counts-$DAY-$2 \
+    --steps $3 --window $4 --timeout $5 --variants ${VARIANTS:-$6} > $OUTD/counts-${1,}.log 2>&1
+echo "$1: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/counts-${1,}.log
+}
+partD() { counts D dequant 5 2 200 ours-fused-reentrant-ops,ours-fused-reentrant,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant,ours-fused-reentrant-ops; }
+partN() { counts N norm 5 2 200 ours-fused-reentrant-norm,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-norm,ours-fused-reentrant-norm,unsloth,ours-fused-reentrant; }
+partR() { counts R rope 5 2 200 ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm-rope,unsloth,ours-fused-reentrant-norm; }
+partO() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,fast-fused-reentrant-pinned,unsloth-16x1,unsloth-16x1,fast-fused-reentrant-pinned,fast-fused,fast-fused-pinned; }
+partK() { counts K compiled 6 2 400 ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled,ours-fused-reentrant-compiled,unsloth,ours-fused-reentrant; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -40,6 +40,9 @@
 # session (about 22 minutes): K the count at 1 x 16 of fused LoRA + reentrant with each decoder layer compiled
 # (the -compiled variant, Liger off; on a CPU one graph, no break, 4,761 -> 1,957 operators a micro-batch) against
 # the same uncompiled and Unsloth, three processes each, interleaved (steps 6: the first compiles).
+# Run as PARTS="K2 O2 T2" (run5/, 2026-12-07 evening, to fit 30 minutes of device time): K and O with two processes
+# each, O without the reentrant -pinned variant; T2 notebooks 05 and 09 under the T4 profile (the first T4 run after
+# peft 0.22's keyword names and fused LoRA's direct dequantize).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -95,6 +98,11 @@ partN() { counts N norm 5 2 200 ours-fused-reentrant-norm,ours-fused-reentrant,u
 partR() { counts R rope 5 2 200 ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm,unsloth,unsloth,ours-fused-reentrant-norm,ours-fused-reentrant-norm-rope,ours-fused-reentrant-norm-rope,unsloth,ours-fused-reentrant-norm; }
 partO() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,fast-fused-reentrant-pinned,unsloth-16x1,unsloth-16x1,fast-fused-reentrant-pinned,fast-fused,fast-fused-pinned; }
 partK() { counts K compiled 6 2 400 ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled,ours-fused-reentrant-compiled,unsloth,ours-fused-reentrant; }
+partK2() { counts K compiled 6 2 400 ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled; }
+partO2() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,unsloth-16x1,unsloth-16x1,fast-fused,fast-fused-pinned; }
+partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 05:small,09:small \
+              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
+           echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

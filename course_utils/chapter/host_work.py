@@ -24,7 +24,10 @@ HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fu
                  "ours-fused-reentrant": "+ reentrant", "ours-fused-reentrant-norm": "+ F.rms_norm",
                  "ours-fused-reentrant-rope": "+ compiled RoPE",
                  "ours-fused-reentrant-norm-rope": "+ F.rms_norm + compiled RoPE",
-                 "unsloth": "Unsloth"}
+                 "ours-fused-compiled": "+ fused LoRA, layers compiled",
+                 "ours-fused-reentrant-compiled": "+ layers compiled", "fast-fused": "16 x 1, fused LoRA",
+                 "fast-fused-pinned": "+ pinned layer inputs", "fast-fused-reentrant-pinned": "+ reentrant, pinned",
+                 "unsloth": "Unsloth", "unsloth-16x1": "Unsloth"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class HostCount:
     allocated_gib: float
     date: str
     env: dict
+    setting: str  # micro-batch x accumulation, "1 x 16"
+    tokens: int  # tokens per micro-batch
     beside: str = ""  # what else ran on the GPU meanwhile, where the run's lines say
 
     @property
@@ -79,27 +84,28 @@ def host_counts(run: str | None = None, model: str = "llama-3.1-8b") -> dict[str
     for variant in sorted({d["variant"] for d in ok}, key=lambda v: list(HOST_VARIANTS).index(v)):
         mine = [d for d in ok if d["variant"] == variant]
         first, speeds = mine[0], [d["timing"]["tokens_per_s"] for d in mine]
-        c = first["counts"]
+        c, r = first["counts"], first["recipe"]
         found[variant] = HostCount(
             run, variant, first["label"], len(mine), c["aten_ops"], c["launch_calls"], c["waits"], c["waits_ms"],
             c["device_ms"], statistics.median(d["timing"]["micro_batch_ms"] for d in mine),
             statistics.median(d["timing"]["fwd_host_ms_per_layer"] for d in mine), statistics.median(speeds),
-            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"], first.get("beside", ""))
+            min(speeds), max(speeds), first["allocated_gib"], first["date"], first["env"],
+            f"{r['micro_batch']} x {r['grad_accum']}", r["micro_batch"] * r["max_seq_length"], first.get("beside", ""))
     return found
 
 
 def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
-    """host_counts(run) as a Table, each variant against ours of the same run: per micro-batch at 1 x 16, what the
-    host dispatched and waited for, what the GPU worked, and what came of it."""
+    """host_counts(run) as a Table, each variant against ours of the same run (at the run's setting, 1 x 16 or
+    16 x 1): per micro-batch, what the host dispatched and waited for, what the GPU worked, and what came of it."""
     counts = host_counts(run, model)
-    ours = counts.get("ours")
+    ours, first = counts.get("ours"), next(iter(counts.values()))
     body = []
     for h in counts.values():
         body.append([h.name, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.layer_host_ms,
                      h.tokens_per_s, h.spread, h.tokens_per_s / ours.tokens_per_s if ours else None, h.allocated_gib])
-    first = next(iter(counts.values()))
     v = first.env.get("versions", {})
-    title = (f"Per micro-batch of 512 tokens at 1 x 16 ({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
+    title = (f"Per micro-batch of {first.tokens:,} tokens at {first.setting} "
+             f"({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
              "and highest")
@@ -150,22 +156,26 @@ def changes(model: str = "llama-3.1-8b") -> list[Change]:
     out = []
     for change, run, before, after in CHANGES:
         counts = host_counts(run, model)
-        out.append(Change(change, run, counts[before], counts[after], counts.get("unsloth")))
+        peer = next((h for v, h in counts.items() if v.startswith("unsloth")), None)
+        out.append(Change(change, run, counts[before], counts[after], peer))
     return out
 
 
 def changes_table(model: str = "llama-3.1-8b") -> Table:
     """changes() as a Table, up to three rows a change, all from its run: without it, with it (and its factor), and
-    Unsloth where the run had it (what remains): per micro-batch of 512 tokens at 1 x 16, what the host dispatched
-    and waited for, what the GPU worked, and what came of it."""
+    Unsloth where the run had it (what remains): per micro-batch (512 tokens at 1 x 16, or the setting the row names),
+    what the host dispatched and waited for, what the GPU worked, and what came of it."""
     body, found = [], changes(model)
     for c in found:
-        rows = [(c.change, "without", c.before, None), (c.run.removeprefix("counts-"), "with", c.after, c.speedup)]
+        where = c.run.removeprefix("counts-") + ("" if c.after.setting == "1 x 16" else f", at {c.after.setting}")
+        rows = [(c.change, "without", c.before, None), (where, "with", c.after, c.speedup)]
         for first, what, h, factor in rows + ([("", "Unsloth", c.unsloth, None)] if c.unsloth else []):
             body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.tokens_per_s,
                          h.spread, factor])
     devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in found}))
-    title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16, in the order tried: "
+    other = sorted({f"{c.after.tokens:,} at {c.after.setting}" for c in found} - {"512 at 1 x 16"})
+    title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16"
+             f"{''.join(f' ({o} where the row says)' for o in other)}, in the order tried: "
              f"without it, with it and Unsloth, in the one run named (count_launches.py on an {devices}; each "
              "variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest and "
              "highest; x: with over without)")

@@ -108,13 +108,13 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
              f"({'ours: ' + repr(ours.label) if ours else 'without ours'}), "
              f"{first.env.get('device', 'GPU')}, run {first.run} ({first.date[:10]}, torch {v.get('torch', '?')}): "
              "each variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest "
-             "and highest")
+             "and highest; ops: operators the host dispatched")
     groups: dict[str, list[str]] = {}  # what else used the GPU meanwhile: {what: the variants beside it}
     for h in counts.values():
         groups.setdefault(h.beside, []).append(h.name)
     title += "".join(f"; {' and '.join(names)} ran beside {beside}" for beside, names in groups.items() if beside)
     title += f", {' and '.join(groups[''])} alone" if len(groups) > 1 and "" in groups else ""
-    columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f"),
+    columns = [Column("variant", wrap=True), Column("operators", fmt=",.0f", short="ops"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("wall", "ms", ".0f"), Column("layer", "host ms", ".1f"), Column("tokens/s", fmt=",.0f"),
                Column("range"), Column("x ours", fmt=".2f"), Column("GiB", fmt=".2f")]
@@ -123,8 +123,9 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
 
 # Each change tried on the host's work, in the order tried: (the change, the count run that measured it, the variant
 # before it, the variant with it). Lean host, fused LoRA and reentrant checkpointing are Recipe knobs, the ctypes
-# dequantize is fused LoRA's own path on CUDA, F.rms_norm and the compiled RoPE only count_launches.py's -norm and -rope
-# variants (README.md says more).
+# dequantize is fused LoRA's own path on CUDA, F.rms_norm, the compiled RoPE, the compiled layers and the pinned layer
+# inputs only count_launches.py's -norm, -rope, -compiled and -pinned variants (README.md says more). The compiled
+# layers held the checkpoint inside the graph and recomputed nothing (their GiB says so).
 CHANGES = (
     ("lean host", "counts-20261203", "ours", "ours-lean"),
     ("fused LoRA", "counts-20261207-repeats", "ours", "ours-fused"),
@@ -132,6 +133,8 @@ CHANGES = (
     ("ctypes dequantize", "counts-20261207-dequant", "ours-fused-reentrant-ops", "ours-fused-reentrant"),
     ("F.rms_norm", "counts-20261207-norm", "ours-fused-reentrant", "ours-fused-reentrant-norm"),
     ("compiled RoPE", "counts-20261207-rope", "ours-fused-reentrant-norm", "ours-fused-reentrant-norm-rope"),
+    ("layers compiled", "counts-20261207-compiled", "ours-fused-reentrant", "ours-fused-reentrant-compiled"),
+    ("pinned layer inputs", "counts-20261207-offload", "fast-fused", "fast-fused-pinned"),
 )
 
 
@@ -164,22 +167,23 @@ def changes(model: str = "llama-3.1-8b") -> list[Change]:
 def changes_table(model: str = "llama-3.1-8b") -> Table:
     """changes() as a Table, up to three rows a change, all from its run: without it, with it (and its factor), and
     Unsloth where the run had it (what remains): per micro-batch (512 tokens at 1 x 16, or the setting the row names),
-    what the host dispatched and waited for, what the GPU worked, and what came of it."""
+    what the host dispatched and waited for, what the GPU worked, and what came of it (tokens/s and the allocated
+    peak; the wall time per micro-batch is host_table's)."""
     body, found = [], changes(model)
     for c in found:
-        where = c.run.removeprefix("counts-") + ("" if c.after.setting == "1 x 16" else f", at {c.after.setting}")
-        rows = [(c.change, "without", c.before, None), (where, "with", c.after, c.speedup)]
+        name = c.change + ("" if c.after.setting == "1 x 16" else f" at {c.after.setting}")
+        rows = [(name, "without", c.before, None), (c.run.removeprefix("counts-"), "with", c.after, c.speedup)]
         for first, what, h, factor in rows + ([("", "Unsloth", c.unsloth, None)] if c.unsloth else []):
-            body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.micro_batch_ms, h.tokens_per_s,
-                         h.spread, factor])
+            body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.tokens_per_s, h.spread, factor,
+                         h.allocated_gib])
     devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in found}))
     other = sorted({f"{c.after.tokens:,} at {c.after.setting}" for c in found} - {"512 at 1 x 16"})
     title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16"
              f"{''.join(f' ({o} where the row says)' for o in other)}, in the order tried: "
              f"without it, with it and Unsloth, in the one run named (count_launches.py on an {devices}; each "
              "variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest and "
-             "highest; x: with over without)")
-    columns = [Column("change, run", wrap=True), Column(" ", short=" "), Column("operators", fmt=",.0f"),
+             "highest; ops: operators the host dispatched; x: with over without; GiB: the allocated peak)")
+    columns = [Column("change, run", wrap=True), Column(" ", short=" "), Column("operators", fmt=",.0f", short="ops"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
-               Column("wall", "ms", ".0f"), Column("tokens/s", fmt=",.0f"), Column("range"), Column("x", fmt=".2f")]
+               Column("tokens/s", fmt=",.0f"), Column("range"), Column("x", fmt=".2f"), Column("GiB", fmt=".2f")]
     return Table(columns, body, title=title)

@@ -29,7 +29,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   checkpointing too (as Unsloth's offloaded checkpoint; trl's offloader cannot go with it);
 - "ours-fused-compiled", "ours-fused-reentrant-compiled": fused LoRA (+ reentrant) with each decoder layer compiled
   (compiled_layers) and Liger off (its RoPE breaks the graph): transformers' RMSNorm, SwiGLU and RoPE for Inductor to
-  fuse, when training begins.
+  fuse, when training begins. The checkpoint is then inside the compiled layer, and with reentrant checkpointing
+  nothing was recomputed (run counts-20261207-compiled: 19.1 GiB, README.md); "-compiled-inside" compiles the layer's
+  forward inside its checkpoint instead (try_step_changes.compile_inside_checkpoint: the checkpoint stays eager).
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
 
 In each process: step 0 warms up (not counted); steps 1 .. steps-2 are timed as course_utils.probe times them
@@ -81,7 +83,8 @@ if str(ROOT) not in sys.path:  # the peer's child puts its own site directory fi
 VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
             "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth",
             "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1",
-            "ours-fused-reentrant-compiled", "ours-fused-compiled")
+            "ours-fused-reentrant-compiled", "ours-fused-compiled", "ours-fused-reentrant-compiled-inside",
+            "ours-fused-compiled-inside")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -318,7 +321,7 @@ def ours_recipe(variant: str, model: str, steps: int):
         recipe = recipe.with_(offload_activations=False, label=recipe.label + ", layer inputs to pinned buffers")
     if "-reentrant" in variant:
         recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
-    if variant.endswith("-compiled"):  # Liger's RoPE breaks a compiled graph (README.md): transformers' layers
+    if "-compiled" in variant:  # Liger's RoPE breaks a compiled graph (README.md): transformers' layers
         recipe = recipe.with_(liger_kernels=False, label=recipe.label.replace("+ Liger kernels", "no Liger")
                               + ", layers compiled")
     if variant.endswith("-lean"):
@@ -345,6 +348,8 @@ def child_ours(variant: str, args) -> dict:
                 notes.append(compiled_rope())
             if variant.endswith("-compiled"):
                 notes.append(compiled_layers(built))
+            if variant.endswith("-compiled-inside"):
+                notes.append(compiled_inside(built))
             if variant.endswith("-pinned"):
                 import layer_offload
 
@@ -364,7 +369,7 @@ def child_ours(variant: str, args) -> dict:
     torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     built.trainer.train()
     losses = [round(r["loss"], 4) for r in built.trainer.state.log_history if "loss" in r]
-    if variant.endswith("-compiled"):  # what torch.compile made of the layers: one graph, no break, expected
+    if "-compiled" in variant:  # what torch.compile made of the layers: one graph, no break, expected
         from try_step_changes import compile_counts
 
         notes.append(f"torch.compile: {json.dumps(compile_counts())}")
@@ -406,6 +411,17 @@ def compiled_layers(built) -> str:
     torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True
     compile_layers(built)
     return "each decoder layer compiled (count_launches.py's -compiled variants)"
+
+
+def compiled_inside(built) -> str:
+    """Each decoder layer's forward compiled inside its checkpoint (try_step_changes.compile_inside_checkpoint): the
+    checkpoint stays eager, so reentrant checkpointing recomputes each layer as without compile. On a CPU (tiny model,
+    2026-12-07): two graphs (the no-grad first forward and the recomputation), no break, no recompile, the tensors
+    saved for backward those of the uncompiled run."""
+    from try_step_changes import compile_inside_checkpoint
+
+    n = compile_inside_checkpoint(built.trainer.model)
+    return f"each decoder layer's forward compiled inside its checkpoint ({n} layers)"
 
 
 def compiled_rope() -> str:

@@ -84,7 +84,7 @@ VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-re
             "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth",
             "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1",
             "ours-fused-reentrant-compiled", "ours-fused-compiled", "ours-fused-reentrant-compiled-inside",
-            "ours-fused-compiled-inside")
+            "ours-fused-compiled-inside", "fast-fused-compiled-inside")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")

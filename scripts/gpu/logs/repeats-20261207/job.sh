@@ -43,6 +43,10 @@
 # Run as PARTS="K2 O2 T2" (run5/, 2026-12-07 evening, to fit 30 minutes of device time): K and O with two processes
 # each, O without the reentrant -pinned variant; T2 notebooks 05 and 09 under the T4 profile (the first T4 run after
 # peft 0.22's keyword names and fused LoRA's direct dequantize).
+# For the next session, PARTS="I J" (about 25 minutes): I the count at 1 x 16 of fused LoRA + reentrant with each
+# layer's forward compiled inside its checkpoint (-compiled-inside: run 5's -compiled held the checkpoint and
+# recomputed nothing, 19.1 GiB) against the same uncompiled and Unsloth, three processes each, interleaved; J the same
+# at 16 x 1 on the fast recipe (trl's offloader, non-reentrant), two processes each.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -103,6 +107,8 @@ partO2() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,unsloth-16x1,un
 partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 05:small,09:small \
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
            echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
+partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside,unsloth,ours-fused-reentrant; }
+partJ() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -45,8 +45,9 @@
 # peft 0.22's keyword names and fused LoRA's direct dequantize).
 # For the next session, PARTS="I J" (about 25 minutes): I the count at 1 x 16 of fused LoRA + reentrant with each
 # layer's forward compiled inside its checkpoint (-compiled-inside: run 5's -compiled held the checkpoint and
-# recomputed nothing, 19.1 GiB) against the same uncompiled and Unsloth, three processes each, interleaved; J the same
-# at 16 x 1 on the fast recipe (trl's offloader, non-reentrant), two processes each.
+# recomputed nothing, 19.1 GiB; its probe: 5.08 GiB, the host's time per layer up), that without Dynamo's guard
+# checks after the first step (-noguards) and with CUDA graphs (-graphs), against the same uncompiled and Unsloth,
+# two processes each, interleaved; J the same at 16 x 1 on the fast recipe (trl's offloader, non-reentrant).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -107,7 +108,7 @@ partO2() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,unsloth-16x1,un
 partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 05:small,09:small \
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
            echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
-partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside,unsloth,ours-fused-reentrant; }
+partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
 partJ() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \

@@ -56,6 +56,8 @@ under checkpointing is not timed where it stops early, torch's default for non-r
 forward hook never fires there; where it does fire, it is recompute_host_ms_per_layer). waits_ms: the host's time
 blocked in the waits, per micro-batch, under the profiler.
 The profiler slows the host, so the profiled window is for counting only; times come from the timed steps.
+Memory: allocated_gib is the whole process's allocated peak; allocated_after_warmup_gib the peak after step 0 (which
+compiles, where a variant compiles), on lines from 2026-12-07 evening on.
 `--print-only --out FILE` prints the table of a file of these lines again, with each variant's tokens/s by process.
 
 Run on the H200 on 2026-12-03 (scripts/gpu/logs/counts-20261203/README.md), with fused LoRA on an H100 on
@@ -267,6 +269,11 @@ class Counter_:
 
             def on_step_end(self, args, state, control, **kw):
                 counter._sync()
+                if state.global_step == 1 and counter.cuda:  # the warm-up's peak (compiling, where a variant does)
+                    import torch
+
+                    counter.warmup_bytes = torch.cuda.max_memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
                 if 2 <= state.global_step <= counter.steps - 1:  # global_step counts the step just done
                     counter.step_s.append(time.perf_counter() - counter._s0)
                 counter.timing_layers = False
@@ -507,7 +514,9 @@ def child(variant: str, args) -> None:
     cuda = torch.cuda.is_available()
     line = dict(run=args.run_id, variant=variant, status="ok", **{k: got[k] for k in ("label", "losses")},
                 timing=counter.summary(), counts=counter.result,
-                allocated_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+                allocated_gib=round(max(torch.cuda.max_memory_allocated(), getattr(counter, "warmup_bytes", 0)) / 2**30,
+                                    2) if cuda else None,  # the whole run's peak, as before
+                allocated_after_warmup_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
                 wall_s=round(time.perf_counter() - t0, 1), notes=got["notes"], recipe=got["recipe"],
                 recipe_key=got["recipe_key"], env=got["env"],
                 date=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),

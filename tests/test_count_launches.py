@@ -273,3 +273,58 @@ def test_compiling_inside_the_checkpoint_keeps_reentrant_checkpointing_and_train
         torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = flag
         torch._dynamo.reset()
     assert sum(held) > 3 * sum(plain_saved)  # the run-counts-20261207-compiled failure, on a CPU
+
+
+def test_compiled_inside_the_checkpoint_fused_lora_keeps_no_dequantized_weight(tiny_model):
+    """With fused LoRA on the tiny 4-bit model, compile_inside_checkpoint's layers keep for backward no more than the
+    uncompiled ones over a forward and backward (the recomputation's included) and no dequantized weight: AOTAutograd's
+    CSE would merge the forward's and the backward's dequantize and keep each dequantized weight (on the H100, the
+    run-5 probe's 5.08 GiB against 4.79); compile_inside_checkpoint turns it off."""
+    import weakref
+
+    import bitsandbytes as bnb
+    import torch
+    import torch._functorch.config
+
+    from course_utils.build import build
+    from course_utils.recipe import Recipe
+    from try_step_changes import compile_inside_checkpoint
+
+    recipe = Recipe(load_in_4bit=True, prepare_kbit=False, micro_batch=1, grad_accum=1, max_seq_length=64, steps=3,
+                    warmup_steps=1, fused_lora=True, reentrant_checkpointing=True, gradient_checkpointing=True)
+
+    def peak_saved(compile_: bool):
+        built = build(recipe)
+        model = built.trainer.model.train()
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+        model.enable_input_require_grads()
+        if compile_:
+            compile_inside_checkpoint(model, backend="aot_eager")
+        batch = {k: v[:1] for k, v in next(iter(built.trainer.get_train_dataloader())).items()}
+        live, seen, shapes = {"now": 0, "peak": 0}, set(), set()
+
+        def pack(t):
+            storage = t.untyped_storage()
+            key, n = storage.data_ptr(), storage.nbytes()
+            if key not in seen:
+                seen.add(key)
+                live["now"] += n
+                live["peak"] = max(live["peak"], live["now"])
+                weakref.finalize(storage, lambda: (seen.discard(key), live.__setitem__("now", live["now"] - n)))
+            shapes.add(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(**batch).loss.backward()
+        weights = {tuple(m.weight.quant_state.shape) for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)}
+        return live["peak"], shapes & weights
+
+    cse = torch._functorch.config.cse
+    try:
+        plain, _ = peak_saved(False)
+        torch._dynamo.reset()
+        compiled, kept_weights = peak_saved(True)
+    finally:
+        torch._functorch.config.cse = cse
+        torch._dynamo.reset()
+    assert 0 < compiled <= plain and not kept_weights

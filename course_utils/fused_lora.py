@@ -52,11 +52,41 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
     through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops: in bf16, fp16 and fp32, with
     and without double quantization, its result equals the ops' to the bit (scripts/gpu/host_costs.py on an H100,
-    2026-12-07, scripts/gpu/logs/repeats-20261207/run3/). Under torch.compile, the ops (Dynamo traces them; not ctypes)."""
+    2026-12-07, scripts/gpu/logs/repeats-20261207/run3/). Under torch.compile, one opaque op of its own,
+    course::dequantize_4bit (below), which runs the same path inside (Dynamo cannot trace ctypes calls)."""
     state = weight.quant_state
-    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE and not torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        inner = state.state2 if state.nested else None
+        return torch.ops.course.dequantize_4bit(
+            weight.data, state.absmax, inner.absmax if inner else None, inner.code if inner else None,
+            state.offset if inner else None, inner.blocksize if inner else 0, state.blocksize, state.quant_type,
+            list(state.shape), dtype)
+    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
         return _dequantize_cuda(weight, state, dtype)
     return _dequantize_ops(weight, state, dtype)
+
+
+@torch.library.custom_op("course::dequantize_4bit", mutates_args=())
+def _dequantize_op(data: torch.Tensor, absmax: torch.Tensor, absmax2: torch.Tensor | None, code2: torch.Tensor | None,
+                   offset: torch.Tensor | None, blocksize2: int, blocksize: int, quant_type: str, shape: list[int],
+                   dtype: torch.dtype) -> torch.Tensor:
+    """dequantize as one op for torch.compile (issue 31, per-layer compile: scripts/gpu/try_step_changes.py): opaque
+    to Dynamo, so a compiled layer makes one call per weight where bitsandbytes' two ops and an add each cost the
+    host a dispatch (the run-5 probe, repeats-20261207/README.md), and on CUDA it takes the ctypes path. The idea of
+    an NF4 dequantize as a torch.library custom op is Axolotl's (Apache-2.0); written here, nothing copied."""
+    from types import SimpleNamespace
+
+    inner = SimpleNamespace(absmax=absmax2, code=code2, blocksize=blocksize2)
+    state = SimpleNamespace(absmax=absmax, nested=absmax2 is not None, state2=inner, offset=offset,
+                            blocksize=blocksize, quant_type=quant_type, shape=torch.Size(shape))
+    if data.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
+        return _dequantize_cuda(data, state, dtype)
+    return _dequantize_ops(data, state, dtype)
+
+
+@_dequantize_op.register_fake
+def _(data, absmax, absmax2, code2, offset, blocksize2, blocksize, quant_type, shape, dtype):
+    return data.new_empty(shape, dtype=dtype)
 
 
 def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:

@@ -230,3 +230,24 @@ def test_the_direct_dequantize_runs_under_the_t4_profile_as_the_ops_did():
         [(m.peak_bytes, m.cuda_max_allocated, m.losses) for m in ops]
     assert direct[0].tokens_per_s < direct[1].tokens_per_s < direct[2].tokens_per_s
     assert min(m.date for m in direct) > max(m.date for m in ops)
+
+
+def test_under_torch_compile_the_dequantize_is_one_op_with_the_eager_result(built):
+    """fused_lora.dequantize under torch.compile (per-layer compile, issue 31): one opaque op, course::dequantize_4bit,
+    whose result is the eager path's to the bit, with and without double quantization's nested absmax."""
+    from course_utils.fused_lora import dequantize
+
+    weight = lora_modules(built.model)[0].base_layer.weight
+    ops = []
+
+    def backend(gm, example_inputs):
+        ops.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm
+
+    for dtype in (torch.float32, torch.bfloat16):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda w: dequantize(w, dtype), backend=backend, fullgraph=True)
+        assert torch.equal(compiled(weight), dequantize(weight, dtype))
+    assert [op for op in ops if "dequantize" in op] == ["course.dequantize_4bit"] * 2
+    assert not any("bitsandbytes" in op for op in ops) and weight.quant_state.nested
+    torch._dynamo.reset()

@@ -187,27 +187,32 @@ def test_the_changes_table_shows_every_change_a_count_run_measured_before_and_wi
     assert len(text.splitlines()[0]) <= 100 and "1 x 16" in text
 
 
+def _tiny_llama_checkpointed(reentrant: bool):
+    """A 3-layer Llama of random weights (seed 0), training, checkpointed, and a batch of token ids."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
+    if reentrant:
+        model.enable_input_require_grads()
+    return model, torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 def test_layer_offload_moves_each_layer_input_into_buffers_made_once_and_trains_the_same(reentrant):
     """scripts/gpu/layer_offload.py (count_launches.py's -pinned variants, issue 31): under checkpointing it takes each
     decoder layer's input and nothing else, the pool of buffers stops growing after the first micro-batch, and the
     gradients are those of training without it, to the bit (on a CPU its copies are CPU copies)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     import layer_offload
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-                      num_key_value_heads=1)
-    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
-
     def train(offload: bool):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).train()
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
-        if reentrant:
-            model.enable_input_require_grads()
-        ctx = layer_offload.LayerInputOffload(model, cfg.hidden_size) if offload else None
+        model, ids = _tiny_llama_checkpointed(reentrant)
+        ctx = layer_offload.LayerInputOffload(model, model.config.hidden_size) if offload else None
         grads = []
         for _ in range(3):
             model.zero_grad()
@@ -233,19 +238,10 @@ def test_compiling_inside_the_checkpoint_keeps_reentrant_checkpointing_and_train
     Inductor's codegen is not what this checks)."""
     import torch
     from torch._dynamo.utils import counters
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from try_step_changes import compile_inside_checkpoint
 
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-                      num_key_value_heads=1)
-    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
-
     def train(compile_: str):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).train()
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
-        model.enable_input_require_grads()
+        model, ids = _tiny_llama_checkpointed(reentrant=True)
         if compile_ == "inside":
             assert compile_inside_checkpoint(model, backend="aot_eager") == 3
         elif compile_ == "layers":  # compile_layers' way, the checkpoint inside the compiled layer

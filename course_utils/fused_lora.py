@@ -204,15 +204,17 @@ class LoRA4bit(torch.autograd.Function):
             lora_dtype = xl.dtype
             gl = _as(g, lora_dtype)
             a, b = _as(lora_a, lora_dtype), _as(lora_b, lora_dtype)
-            gb = torch.mm(gl, b)  # (tokens, r): the gradient at lora_A's output, before the scaling
+            # (tokens, r): the gradient at lora_A's output, the scaling in it here (r columns) rather than in the
+            # (tokens, in_features) product below: one small multiply in place of a big one
+            gb = torch.mm(gl, b).mul_(s)
             if ctx.needs_input_grad[2]:
                 db = _as(torch.mm(gl.t(), xa).mul_(s), lora_b.dtype)
             if ctx.needs_input_grad[1]:
-                da = _as(torch.mm(gb.t(), xl).mul_(s), lora_a.dtype)
+                da = _as(torch.mm(gb.t(), xl), lora_a.dtype)
             if ctx.needs_input_grad[0]:
                 compute = base.compute_dtype or ctx.x_dtype
                 dx = _as(torch.mm(_as(g, compute), dequantize(base.weight, compute)), ctx.x_dtype)
-                dxl = torch.mm(gb, a).mul_(s)
+                dxl = torch.mm(gb, a)
                 if kept is not None:
                     dxl = _undo_dropout(dxl, kept, ctx.p)
                 dx = dx.add_(dxl) if dxl.dtype == dx.dtype else dx + dxl.to(dx.dtype)

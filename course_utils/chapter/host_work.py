@@ -29,7 +29,8 @@ HOST_VARIANTS = {"ours": "ours", "ours-lean": "+ lean host", "ours-fused": "+ fu
                  "ours-fused-reentrant-compiled-inside": "+ compiled inside ckpt",
                  "ours-fused-reentrant-compiled-inside-noguards": "+ compiled inside, no guards",
                  "ours-fused-reentrant-compiled-inside-graphs": "+ compiled inside, CUDA graphs",
-                 "fast-fused": "16 x 1, fused LoRA",
+                 "ours-fused-reentrant-latescale": "+ reentrant, scaled late", "fast-fused": "16 x 1, fused LoRA",
+                 "fast-fused-latescale": "16 x 1, fused LoRA, scaled late",
                  "fast-fused-compiled-inside": "+ compiled inside ckpt",
                  "fast-fused-pinned": "+ pinned layer inputs", "fast-fused-reentrant-pinned": "+ reentrant, pinned",
                  "unsloth": "Unsloth", "unsloth-16x1": "Unsloth"}

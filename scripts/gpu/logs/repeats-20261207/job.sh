@@ -47,7 +47,9 @@
 # layer's forward compiled inside its checkpoint (-compiled-inside: run 5's -compiled held the checkpoint and
 # recomputed nothing, 19.1 GiB; its probe: 5.08 GiB, the host's time per layer up), that without Dynamo's guard
 # checks after the first step (-noguards) and with CUDA graphs (-graphs), against the same uncompiled and Unsloth,
-# two processes each, interleaved; J the same at 16 x 1 on the fast recipe (trl's offloader, non-reentrant).
+# two processes each, interleaved; J at 16 x 1 on the fast recipe (trl's offloader, non-reentrant): fused LoRA with
+# its backward scaling as before (-latescale) and as now, and compiled inside the checkpoint, beside Unsloth, two
+# processes each. Run as PARTS="J I" (J first: about 10 minutes, the 16 x 1 target).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -109,7 +111,7 @@ partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OU
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
            echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
-partJ() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
+partJ() { counts J inside16 6 1 300 fast-fused-latescale,fast-fused,fast-fused-compiled-inside,unsloth-16x1,unsloth-16x1,fast-fused-compiled-inside,fast-fused,fast-fused-latescale; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

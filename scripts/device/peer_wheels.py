@@ -10,9 +10,10 @@ Unsloth 2026.10.9 pins transformers <= 5.17, trl <= 1.15 and datasets < 5, which
 its own site directory, installed on the GPU machine with
 
     pip install --no-index --no-deps --target /tmp/unsl-site .whl-unsloth/*.whl \
-        .whl/bitsandbytes-*.whl .whl/tokenizers-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl
+        .whl/bitsandbytes-*.whl .whl/dill-*.whl .whl/multiprocess-*.whl
 
-(torch, triton, accelerate, sentencepiece, protobuf and the rest come from the machine's image).
+(torch, triton, accelerate, tokenizers, sentencepiece, protobuf and the rest come from the machine's image, as
+scripts/gpu/logs/repeats-20261207/job.sh installs it).
 Not carried: xformers (Unsloth falls back to PyTorch's SDPA when it is missing), cut_cross_entropy
 (unsloth_zoo turns it off on torch >= 2.8), torchao (QAT and fp8 only), hf_transfer (downloads only),
 tyro and Unsloth's Studio/CLI dependencies (never imported by `import unsloth`).
@@ -38,13 +39,14 @@ PEER_PINS = ("unsloth==2026.10.9", "unsloth_zoo==2026.10.9", "transformers==5.17
 # what `import unsloth` and a QLoRA run never touch: the Studio web app and the command-line tool
 STRIP = ("studio/", "unsloth_cli/")
 # wheels the course's own .whl/ already carries, installed into the peer's site directory too
-SHARED = ("bitsandbytes", "tokenizers", "dill", "multiprocess")
+SHARED = ("bitsandbytes", "dill", "multiprocess")
 CARRY_LIMIT = 64 * 2**20  # what one device call carries: the working tree plus the carried folders
 # What the GPU machine's image has (/work/.library/device/KINDS.md, "Python packages already there"), by import
 # name, among what Unsloth's modules import: anything else must be in the peer's site directory.
 IMAGE_MODULES = {"torch", "triton", "numpy", "packaging", "psutil", "tqdm", "accelerate", "huggingface_hub",
                  "safetensors", "regex", "requests", "filelock", "PIL", "yaml", "jinja2", "einops", "sentencepiece",
                  "google", "pyarrow", "pandas", "xxhash", "fsspec", "httpx", "typing_extensions", "typer", "rich",
+                 "tokenizers",
                  "click", "torchvision", "scipy", "sympy", "networkx", "aiohttp", "certifi", "urllib3", "idna"}
 OWN = ("unsloth", "unsloth_zoo", "unsloth_zoo_downloads")
 APPLE_ONLY = ("unsloth_zoo.mlx",)  # imported under `if _IS_MLX:` (macOS on Apple silicon), never on the GPU machine

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from types import SimpleNamespace
 
 import torch
 
@@ -74,8 +75,6 @@ def _dequantize_op(data: torch.Tensor, absmax: torch.Tensor, absmax2: torch.Tens
     to Dynamo, so a compiled layer makes one call per weight where bitsandbytes' two ops and an add each cost the
     host a dispatch (the run-5 probe, repeats-20261207/README.md), and on CUDA it takes the ctypes path. The idea of
     an NF4 dequantize as a torch.library custom op is Axolotl's (Apache-2.0); written here, nothing copied."""
-    from types import SimpleNamespace
-
     inner = SimpleNamespace(absmax=absmax2, code=code2, blocksize=blocksize2)
     state = SimpleNamespace(absmax=absmax, nested=absmax2 is not None, state2=inner, offset=offset,
                             blocksize=blocksize, quant_type=quant_type, shape=torch.Size(shape))

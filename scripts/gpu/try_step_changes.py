@@ -86,22 +86,26 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
     }
 
 
-def decoder_layers(built) -> list:
-    return [m for m in built.trainer.model.modules() if type(m).__name__.endswith("DecoderLayer")]
+def decoder_layers(model) -> list:
+    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+
+
+def _allow_a_compile_per_layer() -> None:
+    """One graph serves every layer (their parameters are the graph's inputs; on the CPU check, no recompiles). Should
+    a guard on some layer's attribute recompile per layer anyway, the default limit (8) would leave the rest eager:
+    allow one per layer. recompile_limit is the name since torch 2.6; cache_size_limit the older alias."""
+    import torch
+
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
 
 
 def compile_layers(built, mode: str | None = None) -> None:
     """torch.compile every decoder layer (one compiled graph, reused: the layers share their code). mode
     "reduce-overhead" also replays each layer's kernels as a CUDA graph (one launch instead of hundreds: the 1 x 16
     step is bound by the host launching kernels, scripts/gpu/logs/profile-20261201)."""
-    import torch
-
-    # One graph serves every layer (their parameters are the graph's inputs; on the CPU check, no recompiles). Should a
-    # guard on some layer's attribute recompile per layer anyway, the default limit (8) would leave the rest eager:
-    # allow one per layer. recompile_limit is the name since torch 2.6; cache_size_limit the older alias.
-    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    layers = decoder_layers(built)
+    _allow_a_compile_per_layer()
+    layers = decoder_layers(built.trainer.model)
     for layer in layers:
         layer.compile(**({"mode": mode} if mode else {}))
     print(f"compiled {len(layers)} decoder layers{f' ({mode})' if mode else ''}", flush=True)
@@ -127,13 +131,14 @@ def compile_inside_checkpoint(model, **compile_kwargs) -> int:
     import torch._functorch.config
 
     torch._functorch.config.cse = False
-    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-    compiled: dict = {}  # the layer's forward -> its compiled copy
-    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    _allow_a_compile_per_layer()
+    compiled: dict = {}  # the layer's forward -> its compiled copy, made once
+    layers = decoder_layers(model)
     for layer in layers:
         def run(fn, *args, _checkpoint=layer._gradient_checkpointing_func):  # fn: partial(forward, layer, **kwargs)
-            inner = compiled.setdefault(fn.func, torch.compile(fn.func, **compile_kwargs))
+            inner = compiled.get(fn.func)
+            if inner is None:
+                inner = compiled[fn.func] = torch.compile(fn.func, **compile_kwargs)
             return _checkpoint(functools.partial(inner, *fn.args, **fn.keywords), *args)
         layer._gradient_checkpointing_func = run
     return len(layers)

@@ -50,6 +50,11 @@
 # two processes each, interleaved; J at 16 x 1 on the fast recipe (trl's offloader, non-reentrant): fused LoRA with
 # its backward scaling as before (-latescale) and as now, and compiled inside the checkpoint, beside Unsloth, two
 # processes each. Run as PARTS="J I" (J first: about 10 minutes, the 16 x 1 target).
+# Too long for one session's 30 device minutes beside the T4 check it owes, so run as PARTS="I3 T3 J3" (run6/, about
+# 24 minutes): I3 and J3 are I and J cut to the compiled-inside variant, the same uncompiled and Unsloth, two processes
+# each (J3 keeps -latescale against the scaling as now, and runs each variant once before the repeats, so that a job
+# stopped early still has each); T3 notebooks 06, 07 and 09 under the T4 profile (06 and 07 not run under it since
+# peft 0.22's keyword names, 09 not since fused LoRA's backward scaling changed).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -112,6 +117,11 @@ partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OU
            echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
 partJ() { counts J inside16 6 1 300 fast-fused-latescale,fast-fused,fast-fused-compiled-inside,unsloth-16x1,unsloth-16x1,fast-fused-compiled-inside,fast-fused,fast-fused-latescale; }
+partI3() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
+partJ3() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,fast-fused-latescale,fast-fused-latescale,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
+partT3() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs \
+              --jobs 07:small,06:small,09:small --parallel 3 --cores 2 --timeout 560 --home /tmp/t4home > $OUTD/t4.log 2>&1
+           echo "T3: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -55,6 +55,8 @@
 # each (J3 keeps -latescale against the scaling as now, and runs each variant once before the repeats, so that a job
 # stopped early still has each); T3 notebooks 06, 07 and 09 under the T4 profile (06 and 07 not run under it since
 # peft 0.22's keyword names, 09 not since fused LoRA's backward scaling changed).
+# Refused machines took 540 s of the session's device time before any start, so run as PARTS="I5 T3 J3": I5 is I3 with
+# one Unsloth process, between the others.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -118,6 +120,7 @@ partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OU
 partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
 partJ() { counts J inside16 6 1 300 fast-fused-latescale,fast-fused,fast-fused-compiled-inside,unsloth-16x1,unsloth-16x1,fast-fused-compiled-inside,fast-fused,fast-fused-latescale; }
 partI3() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
+partI5() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
 partJ3() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,fast-fused-latescale,fast-fused-latescale,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
 partT3() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs \
               --jobs 07:small,06:small,09:small --parallel 3 --cores 2 --timeout 560 --home /tmp/t4home > $OUTD/t4.log 2>&1

@@ -56,7 +56,7 @@
 # stopped early still has each); T3 notebooks 06, 07 and 09 under the T4 profile (06 and 07 not run under it since
 # peft 0.22's keyword names, 09 not since fused LoRA's backward scaling changed).
 # Refused machines took 540 s of the session's device time before any start, so run as PARTS="I5 T3 J3": I5 is I3 with
-# one Unsloth process, between the others.
+# one Unsloth process, between the others. Then more refusals left 614 s: PARTS="T5 I5", T5 being T3 without 09.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -125,6 +125,9 @@ partJ3() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unslo
 partT3() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs \
               --jobs 07:small,06:small,09:small --parallel 3 --cores 2 --timeout 560 --home /tmp/t4home > $OUTD/t4.log 2>&1
            echo "T3: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
+partT5() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 07:small,06:small \
+              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
+           echo "T5: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -249,9 +249,11 @@ class Counter_:
         self.result = classify(self.prof.events(), micro_batches)
         self.result["window_micro_batches"] = micro_batches
         self.result["profiled_ms_per_micro_batch"] = round(self.window_s * 1000 / micro_batches, 1)
+        shapes = self.prof.key_averages(group_by_input_shape=True)
         self.tables = (self.prof.key_averages().table(sort_by="count", row_limit=70, max_name_column_width=70),
-                       self.prof.key_averages(group_by_input_shape=True).table(
-                           sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
+                       shapes.table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60),
+                       # where the GPU's time goes (at 16 x 1 the step is bound by it): kernels and ops by shape
+                       shapes.table(sort_by="self_device_time_total", row_limit=40, max_name_column_width=60))
         self.result["analysis_s"] = round(time.perf_counter() - t, 1)
         self.result["python_stacks"] = self.stack
         self.prof = None
@@ -529,7 +531,8 @@ def child(variant: str, args) -> None:
         with open(Path(args.tables) / f"{args.run_id}-tables.txt", "a") as f:
             f.write(f"\n=== {variant} ({got['label']}), {counter.result['window_micro_batches']} micro-batches, "
                     f"by count ===\n{counter.tables[0]}\n=== {variant}: by self CPU time, grouped by input shape ===\n"
-                    f"{counter.tables[1]}\n")
+                    f"{counter.tables[1]}\n=== {variant}: by self GPU time, grouped by input shape ===\n"
+                    f"{counter.tables[2]}\n")
     print("RESULT " + json.dumps(line), flush=True)
 
 

@@ -128,6 +128,7 @@ partT3() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OU
 partT5() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 07:small,06:small \
               --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
            echo "T5: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
+partJ6() { counts J inside16-mini 5 1 200 fast-fused-compiled-inside,fast-fused; }  # what 329 s could hold
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

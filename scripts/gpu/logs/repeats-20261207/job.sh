@@ -57,6 +57,8 @@
 # peft 0.22's keyword names, 09 not since fused LoRA's backward scaling changed).
 # Refused machines took 540 s of the session's device time before any start, so run as PARTS="I5 T3 J3": I5 is I3 with
 # one Unsloth process, between the others. Then more refusals left 614 s: PARTS="T5 I5", T5 being T3 without 09.
+# None of them ran: every start was refused (README.md, "Run 6"). For the next session, PARTS="I5 T5 J3" (about 25
+# minutes), or PARTS="I3 T3 J3" with the whole budget.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}

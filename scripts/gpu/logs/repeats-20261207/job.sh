@@ -100,9 +100,6 @@ partH() { python3 scripts/gpu/host_costs.py --out $OUTD/host-costs.jsonl > $OUTD
 partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 300 --out $OUTD/picks-$1.jsonl \
               --run-id picks$1-$DAY > $OUTD/picks-$1.log 2>&1
           echo "P$1: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/picks-$1.log; }
-partT() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 09:small,08:small \
-              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
-          echo "T: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 counts() {  # one count run: $1 the part's letter, $2 the run id's end, $3 steps, $4 micro-batches profiled, $5 timeout,
             # $6 the variants, in order (VARIANTS, where set, in their place)
 python3 scripts/gpu/count_launches.py --out $OUTD/counts-${1,}.jsonl --tables $OUTD --run-id counts-$DAY-$2 \
@@ -116,21 +113,22 @@ partO() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,fast-fused-reent
 partK() { counts K compiled 6 2 400 ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled,ours-fused-reentrant-compiled,unsloth,ours-fused-reentrant; }
 partK2() { counts K compiled 6 2 400 ours-fused-reentrant-compiled,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled; }
 partO2() { counts O offload 5 1 200 fast-fused-pinned,fast-fused,unsloth-16x1,unsloth-16x1,fast-fused,fast-fused-pinned; }
-partT2() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 05:small,09:small \
-              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
-           echo "T2: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
 partJ() { counts J inside16 6 1 300 fast-fused-latescale,fast-fused,fast-fused-compiled-inside,unsloth-16x1,unsloth-16x1,fast-fused-compiled-inside,fast-fused,fast-fused-latescale; }
 partI3() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
 partI5() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
 partJ3() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,fast-fused-latescale,fast-fused-latescale,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
-partT3() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs \
-              --jobs 07:small,06:small,09:small --parallel 3 --cores 2 --timeout 560 --home /tmp/t4home > $OUTD/t4.log 2>&1
-           echo "T3: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
-partT5() { python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs 07:small,06:small \
-              --parallel 2 --cores 2 --timeout 540 --home /tmp/t4home > $OUTD/t4.log 2>&1
-           echo "T5: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log; }
 partJ6() { counts J inside16-mini 5 1 200 fast-fused-compiled-inside,fast-fused; }  # what 329 s could hold
+t4() {  # notebooks under the T4 profile, each its own virtual T4 on 2 cores: $1 the part's name, $2 the NN:variant
+        # jobs, $3 how many at once, $4 the timeout per notebook
+python3 scripts/gpu/t4_check.py --out $OUTD/t4-check.jsonl --logs $OUTD/t4-logs --jobs $2 --parallel $3 --cores 2 \
+    --timeout $4 --home /tmp/t4home > $OUTD/t4.log 2>&1
+echo "$1: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/t4.log
+}
+partT() { t4 T 09:small,08:small 2 540; }
+partT2() { t4 T2 05:small,09:small 2 540; }
+partT3() { t4 T3 07:small,06:small,09:small 3 560; }
+partT5() { t4 T5 07:small,06:small 2 540; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

@@ -308,6 +308,8 @@ def library_objects(recipe: Recipe, precision: str | None = None, *, output_dir:
         steps.append("the input embedding table is kept in CPU memory (course hooks, build.offload_input_embeddings)")
     if recipe.fused_lora and recipe.load_in_4bit:
         steps.append("each 4-bit linear runs with its LoRA adapter as one autograd function (fused_lora.fuse_lora)")
+    if recipe.compile_layers and recipe.gradient_checkpointing:
+        steps.append("each decoder layer's forward is compiled inside its checkpoint (compiled_layers.callback)")
     return LibraryObjects(
         recipe=recipe, precision=precision, quantization_config=kwargs["quantization_config"], model_kwargs=kwargs,
         prepare_kbit_kwargs=prepare_kbit_kwargs(recipe), lora_config=lora_config(recipe),
@@ -414,6 +416,12 @@ def build(recipe: Recipe, *, callbacks: tuple = (), output_dir: str | None = Non
         from course_utils.fused_lora import fuse_lora
 
         notes.append(fuse_lora(trainer.model))
+    if recipe.compile_layers and recipe.gradient_checkpointing:  # once Trainer.train has turned checkpointing on
+        from course_utils.compiled_layers import callback
+
+        trainer.add_callback(callback())
+        notes.append("each decoder layer's forward compiled inside its checkpoint when training begins (torch.compile): "
+                     "the peak by category misses the buffers Inductor makes inside a layer; the allocator's peak has them")
     if recipe.lean_host:
         notes.append("lean host: trl's metrics read once per log, no NaN/Inf check per micro-batch (lean_trainer.py)")
     trainer.model.train()  # from_pretrained returns eval mode, where checkpointing does nothing

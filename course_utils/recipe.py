@@ -120,6 +120,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     "lean_host": _rule_bool("no host-GPU waits inside a micro-batch: metrics read once per log, no NaN gate", True),
     "fused_lora": _rule_bool("each 4-bit linear with its LoRA adapter as one autograd function (QLoRA)", True),
     "reentrant_checkpointing": _rule_bool("checkpointing's first forward builds no graph (use_reentrant)", True),
+    "compile_layers": _rule_bool("torch.compile each decoder layer's forward, inside its checkpoint", True),
     "label": FieldRule(lambda v: isinstance(v, str), "be text (a display name)", "text"),
 }
 
@@ -168,6 +169,7 @@ class Recipe:
     lean_host: bool = False  # no host-GPU waits inside a micro-batch: metrics read once per log (lean_trainer.py)
     fused_lora: bool = False  # each 4-bit linear with its LoRA adapter as one autograd function (fused_lora.py)
     reentrant_checkpointing: bool = False  # checkpointing's first forward without an autograd graph (use_reentrant)
+    compile_layers: bool = False  # each decoder layer's forward compiled inside its checkpoint (compiled_layers.py)
     label: str = field(default="", compare=False)  # display name only; not part of the key
 
     def __post_init__(self) -> None:
@@ -270,6 +272,11 @@ class Recipe:
             raise RecipeError("reentrant_checkpointing=True recomputes each layer inside the backward pass, where "
                               "offload_activations=True would move the recomputed activations to CPU memory and back. "
                               "Set one of them to False.")
+        if self.compile_layers and (self.liger_kernels or self.torch_compile):
+            raise RecipeError("compile_layers=True compiles each decoder layer, where " + (
+                "Liger's RoPE (torch.compiler.disable'd) would break the graph: set liger_kernels=False (torch.compile "
+                "fuses RMSNorm, SwiGLU and RoPE itself)." if self.liger_kernels else "torch_compile=True compiles the "
+                "whole model: set one of them to False."))
         _check_optimizer(self.optimizer)
 
 
@@ -387,6 +394,8 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("fused_lora",), "fused LoRA", "beyond", planner=True, needs=(("load_in_4bit", True),)),
     Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", planner=True,
               needs=(("gradient_checkpointing", True),)),
+    Technique(("compile_layers",), "compiled layers", "beyond", needs=(("gradient_checkpointing", True),),
+              memory="the estimate is the eager layers': compiled, they keep no more for backward (CSE off)"),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])
@@ -417,23 +426,10 @@ def gpu_recipe(model: str, four_bit: bool) -> Recipe:
 
 def source_chapter_recipe(model: str = "llama-3.1-8b") -> Recipe:
     """The source chapter's complete script as a Recipe (its settings, our current APIs)."""
-    return Recipe(
-        model=model,
-        load_in_4bit=True,
-        double_quant=True,
-        lora_r=16,
-        lora_alpha=32,
-        lora_dropout=0.05,
-        lora_targets=DEFAULT_TARGETS,
-        precision="bf16",
-        gradient_checkpointing=True,
-        micro_batch=1,
-        grad_accum=16,
-        optimizer="paged_adamw_8bit",
-        max_seq_length=512,
-        learning_rate=2e-4,
-        label="source chapter recipe",
-    )
+    return Recipe(model=model, load_in_4bit=True, double_quant=True, lora_r=16, lora_alpha=32, lora_dropout=0.05,
+                  lora_targets=DEFAULT_TARGETS, precision="bf16", gradient_checkpointing=True, micro_batch=1,
+                  grad_accum=16, optimizer="paged_adamw_8bit", max_seq_length=512, learning_rate=2e-4,
+                  label="source chapter recipe")
 
 
 _FIELDS = dataclasses.fields(Recipe)

@@ -38,6 +38,7 @@ KNOB_CHANGES = {
     "lean_host": True,
     "fused_lora": True,
     "reentrant_checkpointing": True,
+    "compile_layers": True,
 }
 
 

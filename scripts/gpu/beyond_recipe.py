@@ -7,6 +7,7 @@ measured in one run, printed side by side with ratios against the source recipe 
     python scripts/gpu/beyond_recipe.py --set peer --steps 6 --peers unsloth --out run.jsonl  # issue 16's table, one run
     python scripts/gpu/beyond_recipe.py --set fused --peers unsloth --peer-batches 16x1 --out run.jsonl  # issue 31
     COURSE_PROFILE=t4 python scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --out t4.jsonl  # fp16, T4 profile
+    python scripts/gpu/beyond_recipe.py --set compiled --peers unsloth --out run.jsonl  # issue 31: compile_layers
     python scripts/gpu/beyond_recipe.py --set picks --steps 6 --out picks.jsonl  # planner picks, + fused
 
 Each recipe trains in a fresh process (course_utils.measure) on a random-weight preset built from
@@ -51,7 +52,9 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         return [path[0], lean, fast, beyond.fast_low_memory(model, steps)]
     if name == "peer":  # issue 16's table in one run: ours at the peer's two settings (1x16, 16x1), lean and source
         return [path[0], path[3], lean, fast, beyond.fast_low_memory(model, steps)]
-    if name in ("fused", "fused-t4"):  # issue 31: fused_lora at the peer's two settings; under the T4 profile in fp16
+    if name in ("fused", "fused-t4", "compiled", "compiled-t4"):  # issue 31: fused_lora at the peer's two settings;
+        # "compiled": the best of "fused" at each setting with and without compile_layers; "-t4": 1 x 16 only, under
+        # the T4 profile in fp16
         from course_utils import machine
 
         src = beyond.source(model, steps)
@@ -61,6 +64,10 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         fused = [r.with_(fused_lora=True, label=r.label + ", fused LoRA") for r in (p[3], p[6])]
         # reentrant checkpointing at 1 x 16 only: the 16 x 1 recipe offloads activations, which it cannot go with
         reentrant = fused[0].with_(reentrant_checkpointing=True, label=fused[0].label + ", reentrant ckpt")
+        if name.startswith("compiled"):  # Liger's RoPE breaks a compiled layer: torch.compile fuses RMSNorm & co itself
+            mine = [reentrant] + ([] if name.endswith("-t4") else [fused[1]])
+            return [x for r in mine for x in (r, r.with_(liger_kernels=False, compile_layers=True, label=r.label.replace(
+                "+ Liger kernels", "no Liger").replace("fast,", "fast, no Liger,") + ", compiled layers"))]
         return [p[3], fused[0], reentrant] + ([] if name == "fused-t4" else [p[6], fused[1]])
     if name == "picks":  # issue 31: the planner's picks for 16 and 8 GiB, + fused LoRA, + reentrant checkpointing
         from course_utils.estimate.planner import plan
@@ -89,7 +96,7 @@ def parse_args(argv: list[str] | None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="llama-3.1-8b")
     parser.add_argument("--set", default="final", choices=("final", "curves", "peer", "explore", "fused", "fused-t4",
-                                                                    "picks"))
+                                                                    "compiled", "compiled-t4", "picks"))
     parser.add_argument("--only", action="append", default=None, metavar="LABEL",
                         help="only the recipe of the set with this label (repeatable)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run (1 warm-up, 1 tracked)")

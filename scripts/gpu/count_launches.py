@@ -31,7 +31,7 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   (compiled_layers) and Liger off (its RoPE breaks the graph): transformers' RMSNorm, SwiGLU and RoPE for Inductor to
   fuse, when training begins. The checkpoint is then inside the compiled layer, and with reentrant checkpointing
   nothing was recomputed (run counts-20261207-compiled: 19.1 GiB, README.md); "-compiled-inside" compiles the layer's
-  forward inside its checkpoint instead (try_step_changes.compile_inside_checkpoint: the checkpoint stays eager);
+  forward inside its checkpoint instead (Recipe(compile_layers=True), course_utils/compiled_layers.py);
   "-graphs" after it compiles with mode="reduce-overhead" (CUDA graphs), "-noguards" skips Dynamo's guard checks
   once the first step has compiled (torch.compiler.set_stance(skip_guard_eval_unsafe=True): the run-5 probe spent
   0.5 ms of host in each compiled call's cache lookup);
@@ -338,8 +338,9 @@ def ours_recipe(variant: str, model: str, steps: int):
     if "-reentrant" in variant:
         recipe = recipe.with_(reentrant_checkpointing=True, label=recipe.label + ", reentrant ckpt")
     if "-compiled" in variant:  # Liger's RoPE breaks a compiled graph (README.md): transformers' layers
-        recipe = recipe.with_(liger_kernels=False, label=recipe.label.replace("+ Liger kernels", "no Liger")
-                              + ", layers compiled")
+        inside = "-compiled-inside" in variant  # Recipe(compile_layers=True), compiled_layers.py
+        recipe = recipe.with_(liger_kernels=False, compile_layers=inside, label=recipe.label.replace(
+            "+ Liger kernels", "no Liger") + (", layers compiled inside ckpt" if inside else ", layers compiled"))
     if variant.endswith("-lean"):
         recipe = recipe.with_(lean_host=True, label=recipe.label + ", lean host")
     return recipe
@@ -364,8 +365,8 @@ def child_ours(variant: str, args) -> dict:
                 notes.append(compiled_rope())
             if variant.endswith("-compiled"):
                 notes.append(compiled_layers(built))
-            if "-compiled-inside" in variant:
-                notes.append(compiled_inside(built, "reduce-overhead" if variant.endswith("-graphs") else None))
+            if variant.endswith("-compiled-inside-graphs"):  # before the recipe's own callback, which then leaves them
+                notes.append(compiled_inside(built, "reduce-overhead"))
             if variant.endswith("-pinned"):
                 import layer_offload
 
@@ -432,15 +433,13 @@ def compiled_layers(built) -> str:
     return "each decoder layer compiled (count_launches.py's -compiled variants)"
 
 
-def compiled_inside(built, mode: str | None = None) -> str:
-    """Each decoder layer's forward compiled inside its checkpoint (try_step_changes.compile_inside_checkpoint): the
-    checkpoint stays eager, so reentrant checkpointing recomputes each layer as without compile. On a CPU (tiny model,
-    2026-12-07): two graphs (the no-grad first forward and the recomputation), no break, no recompile, the tensors
-    saved for backward those of the uncompiled run."""
-    from try_step_changes import compile_inside_checkpoint
+def compiled_inside(built, mode: str) -> str:
+    """Recipe(compile_layers=True)'s compile (course_utils.compiled_layers: each decoder layer's forward compiled inside
+    its checkpoint) with torch.compile's `mode`, in place of the recipe's own, which finds the layers done."""
+    from course_utils.compiled_layers import compile_inside_checkpoint
 
-    n = compile_inside_checkpoint(built.trainer.model, **({"mode": mode} if mode else {}))
-    return f"each decoder layer's forward compiled inside its checkpoint ({n} layers{', ' + mode if mode else ''})"
+    n = compile_inside_checkpoint(built.trainer.model, mode=mode)
+    return f"each decoder layer's forward compiled inside its checkpoint ({n} layers, {mode})"
 
 
 def compiled_rope() -> str:

@@ -86,62 +86,17 @@ def variants(steps: int, model: str = "llama-3.1-8b") -> dict:
     }
 
 
-def decoder_layers(model) -> list:
-    return [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
-
-
-def _allow_a_compile_per_layer() -> None:
-    """One graph serves every layer (their parameters are the graph's inputs; on the CPU check, no recompiles). Should
-    a guard on some layer's attribute recompile per layer anyway, the default limit (8) would leave the rest eager:
-    allow one per layer. recompile_limit is the name since torch 2.6; cache_size_limit the older alias."""
-    import torch
-
-    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
-    setattr(torch._dynamo.config, name, max(64, getattr(torch._dynamo.config, name)))
-
-
 def compile_layers(built, mode: str | None = None) -> None:
     """torch.compile every decoder layer (one compiled graph, reused: the layers share their code). mode
     "reduce-overhead" also replays each layer's kernels as a CUDA graph (one launch instead of hundreds: the 1 x 16
     step is bound by the host launching kernels, scripts/gpu/logs/profile-20261201)."""
-    _allow_a_compile_per_layer()
+    from course_utils.compiled_layers import allow_a_compile_per_layer, decoder_layers
+
+    allow_a_compile_per_layer()
     layers = decoder_layers(built.trainer.model)
     for layer in layers:
         layer.compile(**({"mode": mode} if mode else {}))
     print(f"compiled {len(layers)} decoder layers{f' ({mode})' if mode else ''}", flush=True)
-
-
-def compile_inside_checkpoint(model, **compile_kwargs) -> int:
-    """torch.compile each decoder layer's own forward, inside its checkpoint: the checkpoint stays eager around it.
-    transformers 5 checkpoints a layer's `forward` (GradientCheckpointingLayer), so compile_layers' compiled layer
-    holds the checkpoint, and with use_reentrant=True torch.compile kept every layer's activations (no recompute:
-    19.1 GiB in place of 4.79 on the H100, run counts-20261207-compiled). Here the layer's checkpoint function runs
-    a compiled copy of the function it is given (the layer's forward, one compiled function shared by the layers):
-    reentrant or not, the checkpoint recomputes as without compile (tests/test_count_launches.py). To be called once
-    checkpointing is on (Trainer.train sets the layers' checkpoint function when training begins); compile_kwargs go
-    to torch.compile; returns the number of layers.
-
-    It also turns off AOTAutograd's common-subexpression elimination, for the whole process: fused LoRA dequantizes
-    each NF4 weight in its forward and again in its backward, CSE makes the two one, and the dequantized weights
-    were then saved for the backward (on a CPU, tiny model: peak saved 5.70 MiB uncompiled, 8.86 compiled, 5.36
-    compiled without CSE; the run-5 probe on the H100: 5.08 GiB against 4.79)."""
-    import functools
-
-    import torch
-    import torch._functorch.config
-
-    torch._functorch.config.cse = False
-    _allow_a_compile_per_layer()
-    compiled: dict = {}  # the layer's forward -> its compiled copy, made once
-    layers = decoder_layers(model)
-    for layer in layers:
-        def run(fn, *args, _checkpoint=layer._gradient_checkpointing_func):  # fn: partial(forward, layer, **kwargs)
-            inner = compiled.get(fn.func)
-            if inner is None:
-                inner = compiled[fn.func] = torch.compile(fn.func, **compile_kwargs)
-            return _checkpoint(functools.partial(inner, *fn.args, **fn.keywords), *args)
-        layer._gradient_checkpointing_func = run
-    return len(layers)
 
 
 def checkpoint_every(built, n: int = 2) -> None:

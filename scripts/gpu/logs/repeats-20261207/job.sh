@@ -59,6 +59,12 @@
 # one Unsloth process, between the others. Then more refusals left 614 s: PARTS="T5 I5", T5 being T3 without 09.
 # None of them ran: every start was refused (README.md, "Run 6"). For the next session, PARTS="I5 T5 J3" (about 25
 # minutes), or PARTS="I3 T3 J3" with the whole budget.
+# Since 2026-12-07 late, compiling inside the checkpoint is a Recipe knob (compile_layers, course_utils/
+# compiled_layers.py; the -compiled-inside count variants set it), so its peer run can go first: PARTS="G C2 I5"
+# (about 28 minutes): G the peer run the targets name with it (beyond_recipe.py --set compiled --peers
+# unsloth: fused LoRA + reentrant at 1 x 16 and fused LoRA at 16 x 1, each without and with compile_layers, Liger
+# off with it, Unsloth at both settings); C2 the 1 x 16 pair under the T4 profile in fp16 (--set compiled-t4), for
+# memory and for running at all; I5 the launch count of the same at 1 x 16 as above.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -94,6 +100,16 @@ partC() {
 COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --set fused-t4 --steps 4 --timeout 300 \
     --out $OUTD/fused-t4.jsonl --run-id fused-t4-$DAY > $OUTD/fused-t4.log 2>&1
 echo "C: beyond_recipe fused-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/fused-t4.log
+}
+partC2() {
+COURSE_PROFILE=t4 COURSE_HOME=/tmp/ch-t4 python3 scripts/gpu/beyond_recipe.py --set compiled-t4 --steps 4 \
+    --timeout 400 --out $OUTD/compiled-t4.jsonl --run-id compiled-t4-$DAY > $OUTD/compiled-t4.log 2>&1
+echo "C2: beyond_recipe compiled-t4 exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/compiled-t4.log
+}
+partG() {
+python3 scripts/gpu/beyond_recipe.py --set compiled --steps 8 --timeout 400 --peers unsloth \
+    --out $OUTD/compiled-peer.jsonl --run-id compiled-peer-$DAY > $OUTD/compiled-peer.log 2>&1
+echo "G: beyond_recipe compiled, both settings, exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/compiled-peer.log
 }
 partH() { python3 scripts/gpu/host_costs.py --out $OUTD/host-costs.jsonl > $OUTD/host-costs.log 2>&1
           echo "H: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/host-costs.log; }

@@ -1,0 +1,165 @@
+"""Recipe(compile_layers=True), course_utils/compiled_layers.py (issue 31): each decoder layer's forward compiled
+inside its checkpoint. Dynamo and AOTAutograd with the eager backend here: what is checked is what the compiled layers
+keep and compute, not Inductor's code generation (slow on a CPU, and the GPU's to run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from course_utils import compiled_layers
+from course_utils.recipe import Recipe, RecipeError
+
+
+def _tiny_llama_checkpointed(reentrant: bool):
+    """A 3-layer Llama of random weights (seed 0), training, checkpointed, and a batch of token ids."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).train()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
+    if reentrant:
+        model.enable_input_require_grads()
+    return model, torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+
+
+def test_compiling_inside_the_checkpoint_keeps_reentrant_checkpointing_and_training_the_same():
+    """compile_inside_checkpoint (Recipe(compile_layers=True); count_launches.py's -compiled-inside variants): each
+    layer's forward compiled inside an eager reentrant checkpoint, so what the forward keeps for backward is what it
+    keeps without compile (a compiled layer that held its checkpoint kept every activation on the H100: 19.1 GiB
+    against 4.79, run counts-20261207-compiled, and here more than three times the uncompiled run's saved elements);
+    one graph per grad mode, no graph break, the same gradients (Dynamo and AOTAutograd with the eager backend here:
+    Inductor's codegen is not what this checks)."""
+    import torch
+    from torch._dynamo.utils import counters
+    from course_utils.compiled_layers import compile_inside_checkpoint
+
+    def train(compile_: str):
+        model, ids = _tiny_llama_checkpointed(reentrant=True)
+        if compile_ == "inside":
+            assert compile_inside_checkpoint(model, backend="aot_eager") == 3
+        elif compile_ == "layers":  # compile_layers' way, the checkpoint inside the compiled layer
+            for layer in model.model.layers:
+                layer.compile(backend="aot_eager")
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return saved, [p.grad for p in model.parameters()]
+
+    torch._dynamo.reset()
+    counters.clear()
+    plain_saved, plain = train("")
+    saved, grads = train("inside")
+    assert sum(saved) == sum(plain_saved) and len(saved) == len(plain_saved)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, grads))
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]  # no-grad forward, recomputation
+    torch._dynamo.reset()
+    flag = torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint
+    torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = True  # compiled_layers' setting
+    try:
+        held, _ = train("layers")
+    finally:
+        torch._dynamo.config.skip_fwd_side_effects_in_bwd_under_checkpoint = flag
+        torch._dynamo.reset()
+    assert sum(held) > 3 * sum(plain_saved)  # the run-counts-20261207-compiled failure, on a CPU
+
+
+def test_compiled_inside_the_checkpoint_fused_lora_keeps_no_dequantized_weight(tiny_model):
+    """With fused LoRA on the tiny 4-bit model, compile_inside_checkpoint's layers keep for backward no more than the
+    uncompiled ones over a forward and backward (the recomputation's included) and no dequantized weight: AOTAutograd's
+    CSE would merge the forward's and the backward's dequantize and keep each dequantized weight (on the H100, the
+    run-5 probe's 5.08 GiB against 4.79); compile_inside_checkpoint turns it off."""
+    import weakref
+
+    import bitsandbytes as bnb
+    import torch
+    import torch._functorch.config
+
+    from course_utils.build import build
+    from course_utils.compiled_layers import compile_inside_checkpoint
+
+    recipe = Recipe(load_in_4bit=True, prepare_kbit=False, micro_batch=1, grad_accum=1, max_seq_length=64, steps=3,
+                    warmup_steps=1, fused_lora=True, reentrant_checkpointing=True, gradient_checkpointing=True)
+
+    def peak_saved(compile_: bool):
+        built = build(recipe)
+        model = built.trainer.model.train()
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
+        model.enable_input_require_grads()
+        if compile_:
+            compile_inside_checkpoint(model, backend="aot_eager")
+        batch = {k: v[:1] for k, v in next(iter(built.trainer.get_train_dataloader())).items()}
+        live, seen, shapes = {"now": 0, "peak": 0}, set(), set()
+
+        def pack(t):
+            storage = t.untyped_storage()
+            key, n = storage.data_ptr(), storage.nbytes()
+            if key not in seen:
+                seen.add(key)
+                live["now"] += n
+                live["peak"] = max(live["peak"], live["now"])
+                weakref.finalize(storage, lambda: (seen.discard(key), live.__setitem__("now", live["now"] - n)))
+            shapes.add(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(**batch).loss.backward()
+        weights = {tuple(m.weight.quant_state.shape) for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)}
+        return live["peak"], shapes & weights
+
+    cse = torch._functorch.config.cse
+    try:
+        plain, _ = peak_saved(False)
+        torch._dynamo.reset()
+        compiled, kept_weights = peak_saved(True)
+    finally:
+        torch._functorch.config.cse = cse
+        torch._dynamo.reset()
+    assert 0 < compiled <= plain and not kept_weights
+
+
+def test_the_recipe_knob_trains_the_same_compiled_and_is_refused_with_liger_or_whole_model_compile(tiny_model,
+                                                                                                    monkeypatch):
+    """build(Recipe(compile_layers=True)) compiles the layers when training begins (Trainer.train turns checkpointing
+    on first), each forward once (one graph for the no-grad first forward, one for the recomputation; none on a second
+    train()), and trains as the uncompiled recipe does; Liger's kernels and whole-model compile are refused by name."""
+    import torch
+    import torch._functorch.config
+    from torch._dynamo.utils import counters
+
+    from course_utils.build import build, library_objects
+
+    made = compiled_layers.callback
+    monkeypatch.setattr(compiled_layers, "callback", lambda: made(backend="aot_eager"))
+    recipe = Recipe(load_in_4bit=True, prepare_kbit=False, micro_batch=1, grad_accum=2, max_seq_length=64, steps=3,
+                    warmup_steps=1, fused_lora=True, reentrant_checkpointing=True, gradient_checkpointing=True)
+
+    def losses(r):
+        built = build(r)
+        built.trainer.train()
+        return built, [round(h["loss"], 4) for h in built.trainer.state.log_history if "loss" in h]
+
+    cse = torch._functorch.config.cse
+    try:
+        torch._dynamo.reset()
+        counters.clear()
+        _, plain = losses(recipe)
+        built, compiled = losses(recipe.with_(compile_layers=True))
+        assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+        built.trainer.train()  # a second train(): checkpointing set anew, the layers wrapped again, nothing recompiled
+        assert counters["stats"]["unique_graphs"] == 2 and not counters["recompiles"]
+    finally:
+        torch._functorch.config.cse = cse
+        torch._dynamo.reset()
+    assert compiled == plain and len(plain) >= 2
+    assert all(getattr(layer._gradient_checkpointing_func, "compiled_inside", False)
+               for layer in compiled_layers.decoder_layers(built.trainer.model))
+    assert any("compiled inside its checkpoint" in s
+               for s in library_objects(recipe.with_(compile_layers=True)).course_steps)
+    with pytest.raises(RecipeError, match="set liger_kernels=False"):
+        recipe.with_(compile_layers=True, liger_kernels=True)
+    with pytest.raises(RecipeError, match="torch_compile=True compiles the whole model"):
+        recipe.with_(compile_layers=True, torch_compile=True)

@@ -243,12 +243,17 @@ class Probe:
             # active; for the tracked step, run backward on this thread so every allocation is seen.
             self._single_thread = torch.autograd.set_multithreading_enabled(False)
             self._single_thread.__enter__()
+            # torch.compile'd code (Recipe(compile_layers=True), torch_compile) runs eagerly in the tracked step: a
+            # compiled function called under a dispatch mode is skipped by Dynamo, and then for good, so the timed
+            # steps would have run eagerly too (tests/test_compiled_layers.py). The stance keeps it for the next steps.
+            self._eager = torch.compiler.set_stance("force_eager")
             self.tracker.__enter__()
             self.tracking = True
 
     def stop_tracking(self):
-        """Leave the tracker and single-threaded backward."""
+        """Leave the tracker, the eager stance and single-threaded backward."""
         self.tracker.__exit__(None, None, None)
+        self._eager.__exit__(None, None, None)
         self._single_thread.__exit__(None, None, None)
         self.tracking = False
 

@@ -167,3 +167,62 @@ def test_the_recipe_knob_trains_the_same_compiled_and_is_refused_with_liger_or_w
         recipe.with_(compile_layers=True, liger_kernels=True)
     with pytest.raises(RecipeError, match="torch_compile=True compiles the whole model"):
         recipe.with_(compile_layers=True, torch_compile=True)
+
+
+def test_the_measured_steps_after_the_tracked_one_run_the_compiled_layers(tiny_model, monkeypatch):
+    """torch.compile skips, for good, a function first called under a TorchDispatchMode (the course's MemoryTracker):
+    before 2026-12-07 a compiled recipe's tracked step did that, and its timed steps ran eagerly (the shipped
+    torch.compile and compiled-layer runs of 2026-12-02, notebook 10). The probe now runs the tracked step in the eager
+    stance, so each timed step calls the compiled layers (counted through a counting backend)."""
+    import torch
+
+    from course_utils import child
+    from course_utils.memtrack import MemoryTracker
+
+    calls = [0]
+
+    def counting(gm, example_inputs):
+        from torch._dynamo.backends.debugging import aot_eager
+
+        compiled = aot_eager(gm, example_inputs)
+
+        def run(*args):
+            calls[0] += 1
+            return compiled(*args)
+        return run
+
+    torch._dynamo.reset()
+    sin = torch.compile(lambda x: torch.sin(x) + 1, backend=counting)  # the pitfall itself, on a plain function
+    x = torch.ones(4)
+    sin(x)
+    with MemoryTracker("cpu"):
+        sin(x)
+    sin(x)
+    assert calls == [1]  # compiled once, then skipped under the mode and ever after: a newer torch may change this
+
+    made, after_step = compiled_layers.callback, []
+    monkeypatch.setattr(compiled_layers, "callback", lambda: made(backend=counting))
+    real_build = child.build
+
+    def build(recipe, callbacks=(), **kw):
+        from transformers import TrainerCallback
+
+        class Count(TrainerCallback):
+            def on_step_end(self, *a, **k):
+                after_step.append(calls[0])
+        return real_build(recipe, callbacks=(*callbacks, Count()), **kw)
+
+    monkeypatch.setattr(child, "build", build)
+    recipe = Recipe(load_in_4bit=True, prepare_kbit=False, micro_batch=1, grad_accum=2, max_seq_length=64, steps=4,
+                    warmup_steps=1, fused_lora=True, reentrant_checkpointing=True, gradient_checkpointing=True,
+                    compile_layers=True)
+    cse = torch._functorch.config.cse
+    try:
+        calls[0] = 0
+        m = child.run_here(recipe)
+    finally:
+        torch._functorch.config.cse = cse
+        torch._dynamo.reset()
+    per_step = [b - a for a, b in zip([0] + after_step, after_step)]
+    assert m.status == "ok" and per_step[0] > 0 and per_step[1] == 0  # warm-up compiled; the tracked step eager
+    assert per_step[2:] == [per_step[0]] * (len(per_step) - 2)  # every timed step ran the compiled layers

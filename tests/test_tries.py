@@ -37,7 +37,10 @@ def test_a_try_is_compared_with_its_baseline_of_the_same_lease(fake):
     t = tries.tried("1x16 compiled layers, no Liger")
     assert t.baseline == "1x16 Liger" and t.run == "b"
     assert t.speed_ratio == pytest.approx(1.1) and t.memory_ratio == pytest.approx(4.9 / 4.8)  # lease b's, not a's 800
-    assert t.same_training is True and t.what == "1 graph, no graph break, no recompiles"
+    assert t.same_training is True and t.what == "1 graph, no graph break, no recompiles, timed eagerly"
+    later = {"status": "ok", "date": "2026-12-08T00:00:00+00:00",  # after child.py's eager stance: timed compiled
+             "compile": {"graphs": 1, "graph_breaks": 0, "recompiles": 0, "break_reasons": []}}
+    assert tries._what(later) == "1 graph, no graph break, no recompiles"
     quiet = tries.tried("1x16 Liger, dropout 0")
     assert quiet.speed_ratio == pytest.approx(1.25) and quiet.same_training is False
 

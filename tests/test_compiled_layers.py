@@ -8,21 +8,7 @@ import pytest
 
 from course_utils import compiled_layers
 from course_utils.recipe import Recipe, RecipeError
-
-
-def _tiny_llama_checkpointed(reentrant: bool):
-    """A 3-layer Llama of random weights (seed 0), training, checkpointed, and a batch of token ids."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-                      num_key_value_heads=1)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).train()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": reentrant})
-    if reentrant:
-        model.enable_input_require_grads()
-    return model, torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(0))
+from test_count_launches import _tiny_llama_checkpointed  # a 3-layer Llama, checkpointed, and a batch
 
 
 @pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])

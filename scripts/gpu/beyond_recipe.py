@@ -64,10 +64,15 @@ def recipe_set(name: str, model: str, steps: int) -> list[Recipe]:
         fused = [r.with_(fused_lora=True, label=r.label + ", fused LoRA") for r in (p[3], p[6])]
         # reentrant checkpointing at 1 x 16 only: the 16 x 1 recipe offloads activations, which it cannot go with
         reentrant = fused[0].with_(reentrant_checkpointing=True, label=fused[0].label + ", reentrant ckpt")
-        if name.startswith("compiled"):  # Liger's RoPE breaks a compiled layer: torch.compile fuses RMSNorm & co itself
-            mine = [reentrant] + ([] if name.endswith("-t4") else [fused[1]])
-            return [x for r in mine for x in (r, r.with_(liger_kernels=False, compile_layers=True, label=r.label.replace(
-                "+ Liger kernels", "no Liger").replace("fast,", "fast, no Liger,") + ", compiled layers"))]
+        if name.startswith("compiled"):  # Liger's RoPE breaks a compiled layer: torch.compile fuses RMSNorm & co itself;
+            # "compiled" also runs each without Liger and uncompiled: the pair the planner's factor for it needs
+            out = []
+            for r in [reentrant] + ([] if name.endswith("-t4") else [fused[1]]):
+                plain = r.with_(liger_kernels=False, label=r.label.replace("+ Liger kernels", "no Liger").replace(
+                    "fast,", "fast, no Liger,"))
+                out += [r] + ([] if name.endswith("-t4") else [plain])
+                out.append(plain.with_(compile_layers=True, label=plain.label + ", compiled layers"))
+            return out
         return [p[3], fused[0], reentrant] + ([] if name == "fused-t4" else [p[6], fused[1]])
     if name == "picks":  # issue 31: the planner's picks for 16 and 8 GiB, + fused LoRA, + reentrant checkpointing
         from course_utils.estimate.planner import plan

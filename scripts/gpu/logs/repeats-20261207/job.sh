@@ -62,8 +62,8 @@
 # Since 2026-12-07 late, compiling inside the checkpoint is a Recipe knob (compile_layers, course_utils/
 # compiled_layers.py; the -compiled-inside count variants set it), so its peer run can go first: PARTS="G C2 I5"
 # (about 28 minutes): G the peer run the targets name with it (beyond_recipe.py --set compiled --peers
-# unsloth: fused LoRA + reentrant at 1 x 16 and fused LoRA at 16 x 1, each without and with compile_layers, Liger
-# off with it, Unsloth at both settings); C2 the 1 x 16 pair under the T4 profile in fp16 (--set compiled-t4), for
+# unsloth: fused LoRA + reentrant at 1 x 16 and fused LoRA at 16 x 1, each as shipped (Liger), without Liger, and
+# without Liger with compile_layers, Unsloth at both settings); C2 the 1 x 16 pair under the T4 profile in fp16 (--set compiled-t4), for
 # memory and for running at all; I5 the launch count of the same at 1 x 16 as above.
 set -u
 T0=$(date +%s)

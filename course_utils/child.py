@@ -7,6 +7,7 @@ which imports this module, never the reverse.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -246,7 +247,9 @@ class Probe:
             # torch.compile'd code (Recipe(compile_layers=True), torch_compile) runs eagerly in the tracked step: a
             # compiled function called under a dispatch mode is skipped by Dynamo, and then for good, so the timed
             # steps would have run eagerly too (tests/test_compiled_layers.py). The stance keeps it for the next steps.
-            self._eager = torch.compiler.set_stance("force_eager")
+            stance = getattr(torch.compiler, "set_stance", None)  # torch 2.6 on; before it, no stance to take
+            self._eager = stance("force_eager") if stance else contextlib.nullcontext()
+            self._eager.__enter__()
             self.tracker.__enter__()
             self.tracking = True
 

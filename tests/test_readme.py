@@ -18,7 +18,8 @@ TESTED_ELSEWHERE = {"t4-table": "tests/test_t4check.py::test_readme_table_is_the
                     "expected-table": "tests/test_estimate.py::test_readme_shows_the_expected_table_as_printed",
                     "library-table": "tests/test_library_objects.py::test_readme_field_table_is_generated",
                     "config-estimates": "tests/test_from_library.py::test_readme_config_estimates_are_printed"}
-TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "host-table", "module-map", "peer31-table", "peer31-repeats"}
+TESTED_HERE = {"ladder-table", "beyond-table", "peer-table", "host-table", "module-map", "peer31-table", "peer31-repeats",
+               "compiled-table"}
 
 
 def block(name: str) -> str:
@@ -70,6 +71,7 @@ def test_readme_issue_31_peer_run_and_its_repeat_are_as_shipped():
     assert {beyond.batching(m) for m in theirs} == {f"{mb}x{ga}" for mb, ga in toward_the_limit.PEER_BATCHES}
     assert block("peer31-table") == toward_the_limit.peer_run_report(run="peer1")
     assert block("peer31-repeats") == "```\n" + str(toward_the_limit.peer_repeats()) + "\n```"
+    assert block("compiled-table") == toward_the_limit.peer_run_report(run="compiled-peer")
 
 
 def test_readme_host_table_is_every_change_tried_as_shipped():

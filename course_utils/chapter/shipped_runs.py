@@ -189,9 +189,11 @@ def reference(model: str = "llama-3.1-8b", run: str = "") -> list:
 # (an H100: the planner takes its pairs' ratios, never its speeds, plan.tuning_factor); "peer1" and "peer2" issue 31's peer
 # run twice (beyond_recipe.py --set fused --peers unsloth, scripts/gpu/logs/repeats-20261207/run3/; peer2 stopped before
 # Unsloth's 1 x 16 process when the device time ran out); "direct-t4" reentrant-t4's recipes again with fused LoRA's
-# direct dequantize in fp16 (run4/: the same run id as the morning's, the file tells them apart)
+# direct dequantize in fp16 (run4/: the same run id as the morning's, the file tells them apart); "compiled-peer"
+# Recipe(compile_layers=True) at both settings beside the same with and without Liger, and Unsloth (beyond_recipe.py --set
+# compiled --peers unsloth, run7/), "compiled-t4" its 1 x 16 pair under the T4 profile in fp16
 CHECKS = ("whole-steps", "fused", "fused-peer", "fused-t4", "fused-peer1", "fused-peer2", "reentrant-t4", "picks",
-          "plan-check-fused", "peer1", "peer2", "direct-t4")
+          "plan-check-fused", "peer1", "peer2", "direct-t4", "compiled-peer", "compiled-t4")
 
 
 def by_label(measurements: list) -> dict:

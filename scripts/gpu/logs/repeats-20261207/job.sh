@@ -65,6 +65,7 @@
 # unsloth: fused LoRA + reentrant at 1 x 16 and fused LoRA at 16 x 1, each as shipped (Liger), without Liger, and
 # without Liger with compile_layers, Unsloth at both settings); C2 the 1 x 16 pair under the T4 profile in fp16 (--set compiled-t4), for
 # memory and for running at all; I5 the launch count of the same at 1 x 16 as above.
+# G and C2 ran as run 7 (run7/, README.md). Next: PARTS="I5 T5 J3" (about 25 minutes).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}

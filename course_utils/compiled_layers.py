@@ -8,13 +8,10 @@ transformers 5 checkpoints a layer's `forward` (GradientCheckpointingLayer calls
 it), so compiling the layer itself (`layer.compile()`) puts the checkpoint inside the compiled graph: with reentrant
 checkpointing nothing was recomputed and every activation stayed (19.10 GiB against 4.79 on the H100, run
 counts-20261207-compiled). Here the checkpoint stays eager and runs a compiled copy of the forward it is given (one
-compiled function, shared by the layers). In your own script, after the Trainer has turned checkpointing on (its
-train() does; a TrainerCallback's on_train_begin comes after):
+compiled function, shared by the layers). In your own script, with the course installed:
 
-    for layer in decoder_layers(model):     # the model's GradientCheckpointingLayer modules
-        ckpt = layer._gradient_checkpointing_func
-        layer._gradient_checkpointing_func = lambda fn, *a, ckpt=ckpt: ckpt(partial(compiled(fn.func), *fn.args,
-                                                                                     **fn.keywords), *a)
+    from course_utils.compiled_layers import callback
+    trainer.add_callback(callback())        # wraps the layers when train() has turned checkpointing on
 
 Liger's kernels do not go with it (Liger 0.8.5 calls its RoPE through a torch.compiler.disable'd dispatch(), where a
 compiled layer breaks and compiles nothing: Recipe refuses the pair); torch.compile fuses RMSNorm, SwiGLU and RoPE
@@ -79,12 +76,10 @@ def callback(**compile_kwargs):
     turns checkpointing on first, setting each layer's checkpoint function anew), compiling each forward once."""
     from transformers import TrainerCallback
 
+    cache: dict = {}  # each forward compiled once, over every train() of the trainer
+
     class CompileLayers(TrainerCallback):
-        cache: dict = {}
-
         def on_train_begin(self, args, state, control, model=None, **kwargs):
-            compile_inside_checkpoint(model, self.cache, **compile_kwargs)
+            compile_inside_checkpoint(model, cache, **compile_kwargs)
 
-    made = CompileLayers()
-    made.cache = {}
-    return made
+    return CompileLayers()

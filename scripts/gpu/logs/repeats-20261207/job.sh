@@ -66,6 +66,9 @@
 # without Liger with compile_layers, Unsloth at both settings); C2 the 1 x 16 pair under the T4 profile in fp16 (--set compiled-t4), for
 # memory and for running at all; I5 the launch count of the same at 1 x 16 as above.
 # G and C2 ran as run 7 (run7/, README.md). Next: PARTS="I5 T5 J3" (about 25 minutes).
+# Session of 2026-12-07 late: PARTS="I6 T5 J3" (about 27 minutes, detached): I6 is I5 with CUDA graphs (-graphs) and
+# Dynamo's guards skipped after the first step (-noguards) in place of the repeats of the uncompiled and Unsloth, one
+# process each, so that the one run tells whether either lifts compile_layers past Unsloth at 1 x 16.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -134,6 +137,7 @@ partI() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fuse
 partJ() { counts J inside16 6 1 300 fast-fused-latescale,fast-fused,fast-fused-compiled-inside,unsloth-16x1,unsloth-16x1,fast-fused-compiled-inside,fast-fused,fast-fused-latescale; }
 partI3() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
 partI5() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,unsloth,ours-fused-reentrant,ours-fused-reentrant-compiled-inside; }
+partI6() { counts I inside 6 2 400 ours-fused-reentrant-compiled-inside,ours-fused-reentrant,ours-fused-reentrant-compiled-inside-graphs,unsloth,ours-fused-reentrant-compiled-inside-noguards,ours-fused-reentrant-compiled-inside; }
 partJ3() { counts J inside16 6 1 300 fast-fused-compiled-inside,fast-fused,unsloth-16x1,fast-fused-latescale,fast-fused-latescale,unsloth-16x1,fast-fused,fast-fused-compiled-inside; }
 partJ6() { counts J inside16-mini 5 1 200 fast-fused-compiled-inside,fast-fused; }  # what 329 s could hold
 t4() {  # notebooks under the T4 profile, each its own virtual T4 on 2 cores: $1 the part's name, $2 the NN:variant

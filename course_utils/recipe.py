@@ -325,6 +325,7 @@ class Technique:
     show: Any = None  # recipe -> describe()'s words for it ("" for none); default: `short` when it is on
     memory: str = ""  # "": the estimator models its memory (a `course estimate` flag); else why it does not
     planner: bool = False  # the planner may add it to a 4-bit bf16 recipe (estimate/plan.py's TUNINGS)
+    instead: tuple = ()  # ((field, value), ...) what it takes the place of: the planner prices it against that
     needs: tuple = ()  # ((field, value), ...) it needs to mean anything: prepare_kbit acts on 4-bit recipes only
     cuda_only: str = ""  # "": it runs on any device; else what it does, which needs a CUDA GPU (checks.check_hardware
     #                      refuses it elsewhere with these words)
@@ -394,8 +395,8 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("fused_lora",), "fused LoRA", "beyond", planner=True, needs=(("load_in_4bit", True),)),
     Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", planner=True,
               needs=(("gradient_checkpointing", True),)),
-    Technique(("compile_layers",), "compiled layers", "beyond", needs=(("gradient_checkpointing", True),),
-              memory="the estimate is the eager layers': compiled, they keep no more for backward (CSE off)"),
+    Technique(("compile_layers",), "compiled layers", "beyond", planner=True, instead=(("liger_kernels", True),),
+              needs=(("gradient_checkpointing", True),), memory="the estimate is the eager layers': compiled, they keep no more for backward (CSE off)"),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

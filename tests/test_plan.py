@@ -43,9 +43,9 @@ def test_candidate_grid():
     from course_utils.estimate.plan import EFFECTIVE_BATCH, candidate_recipes
 
     grid = candidate_recipes("llama-3.1-8b")
-    # notebook 09's changes on the 30 4-bit ones: 16 combinations with checkpointing, 8 without (reentrant
-    # checkpointing needs it)
-    assert len(grid) == len({r.key for r in grid}) == 90 + 15 * 16 + 15 * 8
+    # notebook 09's changes on the 30 4-bit ones: 24 combinations with checkpointing (32, less the 8 with Liger and
+    # compiled layers, which refuse each other), 8 without (reentrant checkpointing and compiled layers need it)
+    assert len(grid) == len({r.key for r in grid}) == 90 + 15 * 24 + 15 * 8
     assert all(r.gradient_checkpointing for r in grid if r.reentrant_checkpointing)
     assert len(candidate_recipes("llama-3.1-8b", tuned=False)) == 90
     assert len(candidate_recipes("llama-3.1-8b", precision="fp16")) == 90  # no upcast-free recipes in fp16
@@ -246,3 +246,24 @@ def test_the_count_runs_give_the_factors_at_micro_batch_1():
     assert at_1[0] > 1.1 and "measured at micro-batch 1, median of 15 pairs" in at_1[1][0]
     assert at_8[0] < 1 and "measured at micro-batch 8" in at_8[1][0]
 
+
+
+def test_compiled_layers_are_priced_against_liger_and_picked_only_where_they_won():
+    """Compiled layers take Liger's place (a Recipe refuses both): the planner prices them against the same recipe
+    with Liger, from run 7's pairs (beyond/checks/compiled-peer-*, each within one run): faster at 1 x 16, slower at
+    16 x 1. So its picks keep Liger from 8 x 2 up and compile the layers at 7 GiB (4 x 4; README, "Compiled layers")."""
+    from course_utils.estimate.plan import speed_of, tuning_factor
+    from course_utils.estimate.planner import plan
+
+    refs = [m for m in all_reference_results() if m.fits and m.tokens_per_s]
+    liger = plan("llama-3.1-8b", "8GiB").pick.recipe
+    assert liger.liger_kernels and not liger.compile_layers
+    for mb, won in ((1, True), (16, False)):
+        compiled = liger.with_(micro_batch=mb, grad_accum=16 // mb, liger_kernels=False, compile_layers=True)
+        factor, parts = tuning_factor(compiled, refs, knobs=("compile_layers",))
+        assert (factor > 1) == won and parts[0].startswith("compiled layers in place of Liger x")
+        assert f"measured at micro-batch {mb})" in parts[0]
+        with_liger = speed_of(compiled.with_(liger_kernels=True, compile_layers=False), refs).tokens_per_s
+        assert (speed_of(compiled, refs).tokens_per_s > with_liger) == won
+    assert plan("llama-3.1-8b", "7GiB").pick.recipe.compile_layers
+    assert not plan("llama-3.1-8b", "16GiB").pick.recipe.compile_layers

@@ -89,9 +89,12 @@ def test_adding_a_technique_is_one_row_of_the_table(tmp_path):
     assert ["use_dora"] in got["steps"] and ["fake_beyond"] in got["steps"]
     from course_utils.estimate import plan
 
-    # the planner's grid: none, then the first knob (no upcast) with every combination of the others, one more now
+    # the planner's grid: none, then the first knob (no upcast) with every combination of the others that a Recipe
+    # accepts (not Liger with compiled layers): one more knob doubles them
     assert got["tuning_knobs"][-1] == "fake_beyond" and got["tuned"]
-    assert got["tunings"] == 1 + 2 ** len(plan.TUNING_KNOBS)
+    assert got["tunings"] - 1 == 2 * (len(plan.TUNINGS) - 1)
+    assert len(plan.TUNINGS) - 1 == 2 ** (len(plan.TUNING_KNOBS) - 1) - 2 ** (len(plan.TUNING_KNOBS) - 3)
+    assert not any(t.get("liger_kernels") and t.get("compile_layers") for t in plan.TUNINGS)
     assert "use_dora=True" in got["same_as_above"] and "already in the rung above" in got["same_as_above"]
     assert got["cuda_only"].startswith("fake_beyond=True pins fake pages, which needs a CUDA GPU; this machine trains on")
     assert "fake_beyond" in got["beyond_knobs"] and "use_dora" not in got["beyond_knobs"]

@@ -22,7 +22,7 @@ from course_utils.common import GiB, json_lines, shipped
 from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.machine import T4_CARD_GIB
-from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, same_setup
+from course_utils.recipe import DEFAULT_TARGETS, TECHNIQUES, Recipe, RecipeError, same_setup
 from course_utils.results import Measurement, all_reference_results, reference_results, shipped_results
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -70,15 +70,26 @@ def needed_bytes(e: Estimate) -> int:
 
 
 # Beyond the chapter (notebook 09): for 4-bit recipes in bf16, the techniques the planner may pick
-# (recipe.TECHNIQUES' `planner`): no fp32 upcast, then with it every combination of the others (embeddings on
-# CPU, Liger kernels). Not in fp16 (a T4): there the upcast is what keeps fp16 norms from overflowing,
-# and none of these was measured on a T4.
+# (recipe.TECHNIQUES' `planner`): no fp32 upcast, then with it every combination of the others that a Recipe
+# accepts (Liger kernels and compiled layers refuse each other). Not in fp16 (a T4): there the upcast is what keeps
+# fp16 norms from overflowing, and none of these was measured for speed on a T4.
 _TUNERS = tuple(t for t in TECHNIQUES if t.planner)
 TUNING_KNOBS = tuple(t.fields[0] for t in _TUNERS)
 _BEYOND = tuple(t for t in TECHNIQUES if t.where == "beyond")
 _FIRST, *_OTHERS = ({t.fields[0]: t.on_value} for t in _TUNERS)
-TUNINGS = ({},) + tuple(dict(_FIRST, **{k: v for change in combo for k, v in change.items()})
-                        for n in range(len(_OTHERS) + 1) for combo in itertools.combinations(_OTHERS, n))
+
+
+def _accepted(changes: dict) -> bool:
+    """True when a 4-bit checkpointed Recipe takes these changes together (Recipe refuses the pairs that clash)."""
+    try:
+        Recipe(load_in_4bit=True, gradient_checkpointing=True).with_(**changes)
+    except RecipeError:
+        return False
+    return True
+
+
+TUNINGS = ({},) + tuple(t for n in range(len(_OTHERS) + 1) for combo in itertools.combinations(_OTHERS, n)
+                        if _accepted(t := dict(_FIRST, **{k: v for change in combo for k, v in change.items()})))
 
 
 def candidate_recipes(model: str, seq: int = 512, precision: str = "bf16", tuned: bool = True) -> list[Recipe]:
@@ -123,17 +134,17 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
         default = _TUNING_DEFAULT[knob]
         if getattr(current, knob) == default or knob not in knobs:
             continue
-        before = current.with_(**{knob: default})
-        others = tuple(k for k in TUNING_KNOBS if k != knob)
+        back = _back(knob)
+        before = current.with_(**back)
+        others = tuple(k for t in _BEYOND if (k := t.fields[0]) not in back)  # activations on CPU too: in `differ`
         pairs = []
         for r2, t2, run2 in runs:
-            plain = _without(r2, knob, default)
-            if getattr(r2, knob) == default or not same_setup(plain, before, ignore=BATCHING + others):
+            if getattr(r2, knob) == default or not same_setup(plain := _without(r2, tuple(back.items())), before,
+                                                              ignore=BATCHING + others):
                 continue
             differ = sum(getattr(plain, k) != getattr(before, k) for k in others)
             for r1, t1, run1 in runs:
-                if run1 == run2 and r1.micro_batch == r2.micro_batch and getattr(r1, knob) == default and \
-                        same_setup(r1, r2, ignore=(knob,)):
+                if run1 == run2 and r1.micro_batch == r2.micro_batch and same_setup(r1, plain):
                     pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), r1.micro_batch, differ, t2 / t1))
         if pairs:
             near = min(pairs)[:3]
@@ -141,9 +152,9 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
             ratio = statistics.median(ratios)
             factor *= ratio
             median_of = f", median of {len(ratios)} pairs" if len(ratios) > 1 else ""
-            parts.append(f"{_TUNING_SHORT[knob]} x{ratio:.2f} (measured at micro-batch {near[1]}{median_of})")
+            parts.append(f"{_name(knob)} x{ratio:.2f} (measured at micro-batch {near[1]}{median_of})")
         else:
-            parts.append(f"{_TUNING_SHORT[knob]} x1.00 (no measured pair)")
+            parts.append(f"{_name(knob)} x1.00 (no measured pair)")
         current = before
     return factor, parts
 
@@ -151,11 +162,23 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
 BATCHING = ("micro_batch", "grad_accum", "optimizer")
 
 
+def _back(knob: str) -> dict:
+    """The recipe without `knob`: it at its default, and what it takes the place of back on (Liger, for compiled layers)."""
+    return {knob: _TUNING_DEFAULT[knob], **dict(_TUNER[knob].instead)}
+
+
+def _name(knob: str) -> str:
+    """A change's name in a speed's basis: "compiled layers in place of Liger" where it takes another's place."""
+    instead = ", ".join(_TUNING_SHORT.get(k, k) for k, _ in _TUNER[knob].instead)
+    return _TUNING_SHORT[knob] + (f" in place of {instead}" if instead else "")
+
+
 @functools.lru_cache(maxsize=None)
-def _without(r: Recipe, knob: str, default) -> Recipe:
-    """r with `knob` back at its default: tuning_factor asks it of every run for every recipe it prices (a Recipe is
-    frozen, so one copy serves every ask; Recipe.with_ validates each field, the planner's slowest step before)."""
-    return r.with_(**{knob: default})
+def _without(r: Recipe, back: tuple) -> Recipe:
+    """r with the fields of `back` ((field, value), ...) set: tuning_factor asks it of every run for every recipe it
+    prices (a Recipe is frozen, so one copy serves every ask; Recipe.with_ validates each field, the planner's slowest
+    step before)."""
+    return r.with_(**dict(back))
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,7 +195,9 @@ def _check_runs() -> list:
               for path in sorted(shipped("reference", "beyond", "tries").glob("counts-*.jsonl"))
               for d in json_lines(path.read_text()) if d.get("status") == "ok" and d["variant"] != "unsloth"
               and not {"ops", "norm", "rope"} & set(d.get("ran_as", d["variant"]).split("-"))]
-    return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s]
+    from course_utils.chapter.toward_the_limit import peer_name  # a peer's rows in a check run are not ours
+
+    return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s and not peer_name(m)]
 
 
 _TUNER = {t.fields[0]: t for t in _TUNERS}
@@ -267,11 +292,11 @@ def speed_of(recipe: Recipe, references: list) -> Speed:
         on = [k for k in TUNING_KNOBS if _TUNER[k].on(recipe)]
         for n in range(1, len(on)):
             for off in itertools.combinations(on, n):
-                near = recipe.with_(**{k: _TUNING_DEFAULT[k] for k in off})
+                near = recipe.with_(**{k: v for knob in off for k, v in _back(knob).items()})
                 m = next((m for m in usable if same_setup(m.recipe_obj, near, ignore=("optimizer",))), None)
                 if m is not None:
                     factor, parts = tuning_factor(recipe, usable, knobs=off)
-                    without = ", ".join(_TUNING_SHORT[k] for k in off)
+                    without = ", ".join(_name(k) for k in off)
                     return Speed(m.tokens_per_s * factor, f"measured ({m.label}) without {without}"
                                  + "".join("; " + p for p in parts), False)
         factor, parts = tuning_factor(recipe, usable)

@@ -396,7 +396,8 @@ TECHNIQUES: tuple[Technique, ...] = (
     Technique(("reentrant_checkpointing",), "reentrant ckpt", "beyond", planner=True,
               needs=(("gradient_checkpointing", True),)),
     Technique(("compile_layers",), "compiled layers", "beyond", planner=True, instead=(("liger_kernels", True),),
-              needs=(("gradient_checkpointing", True),), memory="the estimate is the eager layers': compiled, they keep no more for backward (CSE off)"),
+              needs=(("gradient_checkpointing", True),),
+              memory="the estimate is the eager layers': compiled, they keep no more for backward (CSE off)"),
 )
 BASELINE = "baseline (LoRA, fp32)"  # the ladder's first rung, the base recipe itself
 _RUNGS = sorted((rung for t in TECHNIQUES for rung in t.rungs), key=lambda rung: rung[0])

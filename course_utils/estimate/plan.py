@@ -163,7 +163,7 @@ BATCHING = ("micro_batch", "grad_accum", "optimizer")
 
 
 def _back(knob: str) -> dict:
-    """The recipe without `knob`: it at its default, and what it takes the place of back on (Liger, for compiled layers)."""
+    """The recipe without `knob`: it at its default, what it takes the place of back on (Liger, for compiled layers)."""
     return {knob: _TUNING_DEFAULT[knob], **dict(_TUNER[knob].instead)}
 
 

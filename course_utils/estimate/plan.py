@@ -126,26 +126,17 @@ def tuning_factor(recipe: Recipe, refs: list, knobs: tuple[str, ...] = TUNING_KN
     for each change, the median ratio of pairs of runs that differ only in it (any optimizer), each pair measured in
     one run (of `refs` and the shipped check and count runs, _check_runs), at the nearest measured micro-batch and
     there from the pairs whose other changes differ least from the recipe's."""
-    runs = [(m.recipe_obj, m.tokens_per_s, (m.source, m.run_id)) for m in [*refs, *_check_runs()]
-            if m.recipe["model"] == recipe.model]
     factor, parts = 1.0, []
     current = recipe
     for knob in reversed(TUNING_KNOBS):
-        default = _TUNING_DEFAULT[knob]
-        if getattr(current, knob) == default or knob not in knobs:
+        if getattr(current, knob) == _TUNING_DEFAULT[knob] or knob not in knobs:
             continue
-        back = _back(knob)
-        before = current.with_(**back)
-        others = tuple(k for t in _BEYOND if (k := t.fields[0]) not in back)  # activations on CPU too: in `differ`
-        pairs = []
-        for r2, t2, run2 in runs:
-            if getattr(r2, knob) == default or not same_setup(plain := _without(r2, tuple(back.items())), before,
-                                                              ignore=BATCHING + others):
-                continue
-            differ = sum(getattr(plain, k) != getattr(before, k) for k in others)
-            for r1, t1, run1 in runs:
-                if run1 == run2 and r1.micro_batch == r2.micro_batch and same_setup(r1, plain):
-                    pairs.append((abs(math.log(r1.micro_batch / recipe.micro_batch)), r1.micro_batch, differ, t2 / t1))
+        before = current.with_(**_back(knob))
+        others = tuple(k for t in _BEYOND if (k := t.fields[0]) not in _back(knob))  # activations on CPU: in `differ`
+        pairs = [(abs(math.log(mb / recipe.micro_batch)), mb, sum(getattr(plain, k) != getattr(before, k)
+                                                                  for k in others), ratio)
+                 for plain, mb, ratio in _knob_pairs(knob, recipe.model, refs)
+                 if same_setup(plain, before, ignore=BATCHING + others)]
         if pairs:
             near = min(pairs)[:3]
             ratios = [ratio for *where, ratio in pairs if tuple(where) == near]
@@ -171,6 +162,29 @@ def _name(knob: str) -> str:
     """A change's name in a speed's basis: "compiled layers in place of Liger" where it takes another's place."""
     instead = ", ".join(_TUNING_SHORT.get(k, k) for k, _ in _TUNER[knob].instead)
     return _TUNING_SHORT[knob] + (f" in place of {instead}" if instead else "")
+
+
+_PAIRS: dict = {}
+
+
+def _knob_pairs(knob: str, model: str, refs: list) -> list[tuple[Recipe, int, float]]:
+    """Every pair of runs of `model` (of `refs` and _check_runs) measured in one run that differ only in `knob` (what it
+    takes the place of aside): (the one without it, the micro-batch, the tokens/s ratio). Kept per list of runs, which
+    the planner prices hundreds of recipes against (the list is held with them, so that no id is reused)."""
+    key = (knob, model, tuple(map(id, refs)))
+    if key not in _PAIRS:
+        by_run: dict = {}
+        for m in [*refs, *_check_runs()]:
+            if m.recipe["model"] == model:
+                by_run.setdefault((m.source, m.run_id), []).append((m.recipe_obj, m.tokens_per_s))
+        back = tuple(_back(knob).items())
+        pairs = [(plain, r2.micro_batch, t2 / t1) for runs in by_run.values() for r2, t2 in runs
+                 if getattr(r2, knob) != _TUNING_DEFAULT[knob] and (plain := _without(r2, back))
+                 for r1, t1 in runs if r1.micro_batch == r2.micro_batch and same_setup(r1, plain)]
+        if len(_PAIRS) > 32:
+            _PAIRS.clear()
+        _PAIRS[key] = (list(refs), pairs)
+    return _PAIRS[key][1]
 
 
 @functools.lru_cache(maxsize=None)

@@ -197,3 +197,13 @@ def native_stderr_off():
                 os.dup2(saved, 2)
     finally:
         os.close(saved)
+
+
+PEERS = ("unsloth",)  # the stacks scripts/gpu/beyond_recipe.py --peers can run (scripts/peer_<name>.py)
+
+
+def peer_name(m) -> str | None:
+    """The peer that measured `m` ("unsloth": its package is among the run's versions), or None for a run of ours.
+    A peer's run keeps its recipe's key; its environment's key (the versions, the peer's among them) is never ours."""
+    versions = m.env.get("versions", {}) if isinstance(m.env, dict) else {}
+    return next((name for name in PEERS if name in versions), None)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from course_utils.chapter.shipped_runs import (batching, by_label, describe_reference, format_rows, loss_table,
                                                peer_reference, reference, rows as ratio_rows, source)
-from course_utils.common import GiB, json_lines, shipped
+from course_utils.common import PEERS, GiB, json_lines, peer_name, shipped
 from course_utils.estimate import limits
 from course_utils.estimate.limits import against, datasheet_peak, flops_per_token, memory_floor
 from course_utils.recipe import Recipe
@@ -74,7 +74,6 @@ def peers(model: str = "llama-3.1-8b") -> dict:
 # ---------------------------------------------------------------------------------------------
 # the peer in the benchmark: Unsloth, measured by scripts/gpu/peer_unsloth.py in its own environment
 # ---------------------------------------------------------------------------------------------
-PEERS = ("unsloth",)  # the stacks scripts/gpu/beyond_recipe.py --peers can run (scripts/peer_<name>.py)
 PEER_BATCHES = ((16, 1), (1, 16))  # the peer's settings: all 16 x 512 tokens in one micro-batch; the chapter's 1 x 16
 # issue 16's targets: at each of the peer's settings, a recipe of ours at that batching, measured in the same run
 PEER_MAX_MEMORY_RATIO = 0.85
@@ -86,13 +85,6 @@ def peer_recipe(model: str, micro_batch: int, grad_accum: int, steps: int, label
     one warm-up step, adamw_8bit, the frozen weights kept in bf16 (no peft upcast), at this batching."""
     return source(model, steps).with_(optimizer="adamw_8bit", prepare_kbit=False, micro_batch=micro_batch,
                                       grad_accum=grad_accum, label=label)
-
-
-def peer_name(m) -> str | None:
-    """The peer that measured `m` ("unsloth": its package is among the run's versions), or None for a run of ours.
-    A peer's run keeps its recipe's key; its environment's key (the versions, the peer's among them) is never ours."""
-    versions = m.env.get("versions", {}) if isinstance(m.env, dict) else {}
-    return next((name for name in PEERS if name in versions), None)
 
 
 def latest_peer_runs(measurements: list, name: str, model: str, steps: int, run_id: str | None = None) -> list:

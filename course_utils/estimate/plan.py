@@ -18,7 +18,7 @@ import re
 import statistics
 from dataclasses import dataclass
 
-from course_utils.common import GiB, json_lines, shipped
+from course_utils.common import GiB, json_lines, peer_name, shipped
 from course_utils.estimate.peak import Estimate, estimate
 from course_utils.estimate.shapes import model_shapes
 from course_utils.machine import T4_CARD_GIB
@@ -209,9 +209,8 @@ def _check_runs() -> list:
               for path in sorted(shipped("reference", "beyond", "tries").glob("counts-*.jsonl"))
               for d in json_lines(path.read_text()) if d.get("status") == "ok" and d["variant"] != "unsloth"
               and not {"ops", "norm", "rope"} & set(d.get("ran_as", d["variant"]).split("-"))]
-    from course_utils.chapter.toward_the_limit import peer_name  # a peer's rows in a check run are not ours
-
-    return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s and not peer_name(m)]
+    return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s
+            and not peer_name(m)]  # a peer's rows in a check run are no pairs of ours
 
 
 _TUNER = {t.fields[0]: t for t in _TUNERS}

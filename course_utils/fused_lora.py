@@ -100,7 +100,6 @@ def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
 
 
 _DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
-_LATE_SCALE = os.environ.get("COURSE_LORA_SCALE", "early") == "late"  # "late": the backward's scaling as before
 _KERNEL_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # bitsandbytes' names
 
 
@@ -205,19 +204,17 @@ class LoRA4bit(torch.autograd.Function):
             gl = _as(g, lora_dtype)
             a, b = _as(lora_a, lora_dtype), _as(lora_b, lora_dtype)
             # (tokens, r): the gradient at lora_A's output, the scaling in it here (r columns) rather than in the
-            # (tokens, in_features) product below: one small multiply in place of a big one (COURSE_LORA_SCALE=late:
-            # as before, for count_launches.py's -latescale variants)
-            gb = torch.mm(gl, b) if _LATE_SCALE else torch.mm(gl, b).mul_(s)
+            # (tokens, in_features) products below: one small multiply in place of two big ones (128 launches fewer a
+            # micro-batch at 16 x 1, the same losses and speed: run counts-20261207-inside16, README.md)
+            gb = torch.mm(gl, b).mul_(s)
             if ctx.needs_input_grad[2]:
                 db = _as(torch.mm(gl.t(), xa).mul_(s), lora_b.dtype)
             if ctx.needs_input_grad[1]:
-                da = torch.mm(gb.t(), xl)
-                da = _as(da.mul_(s) if _LATE_SCALE else da, lora_a.dtype)
+                da = _as(torch.mm(gb.t(), xl), lora_a.dtype)
             if ctx.needs_input_grad[0]:
                 compute = base.compute_dtype or ctx.x_dtype
                 dx = _as(torch.mm(_as(g, compute), dequantize(base.weight, compute)), ctx.x_dtype)
                 dxl = torch.mm(gb, a)
-                dxl = dxl.mul_(s) if _LATE_SCALE else dxl
                 if kept is not None:
                     dxl = _undo_dropout(dxl, kept, ctx.p)
                 dx = dx.add_(dxl) if dxl.dtype == dx.dtype else dx + dxl.to(dx.dtype)

@@ -250,8 +250,9 @@ def test_the_count_runs_give_the_factors_at_micro_batch_1():
 
 def test_compiled_layers_are_priced_against_liger_and_picked_only_where_they_won():
     """Compiled layers take Liger's place (a Recipe refuses both): the planner prices them against the same recipe
-    with Liger, from run 7's pairs (beyond/checks/compiled-peer-*, each within one run): faster at 1 x 16, slower at
-    16 x 1. So its picks keep Liger from 8 x 2 up and compile the layers at 7 GiB (4 x 4; README, "Compiled layers")."""
+    with Liger, from pairs within one run each (run 7's beyond/checks/compiled-peer-*, run 8's count runs): faster at
+    1 x 16, slower at 16 x 1. So its picks keep Liger from 8 x 2 up and compile the layers at 7 GiB (4 x 4; README,
+    "Compiled layers")."""
     from course_utils.estimate.plan import speed_of, tuning_factor
     from course_utils.estimate.planner import plan
 
@@ -262,7 +263,7 @@ def test_compiled_layers_are_priced_against_liger_and_picked_only_where_they_won
         compiled = liger.with_(micro_batch=mb, grad_accum=16 // mb, liger_kernels=False, compile_layers=True)
         factor, parts = tuning_factor(compiled, refs, knobs=("compile_layers",))
         assert (factor > 1) == won and parts[0].startswith("compiled layers in place of Liger x")
-        assert f"measured at micro-batch {mb})" in parts[0]
+        assert f"measured at micro-batch {mb}" in parts[0]
         with_liger = speed_of(compiled.with_(liger_kernels=True, compile_layers=False), refs).tokens_per_s
         assert (speed_of(compiled, refs).tokens_per_s > with_liger) == won
     assert plan("llama-3.1-8b", "7GiB").pick.recipe.compile_layers

@@ -128,10 +128,11 @@ def host_table(run: str | None = None, model: str = "llama-3.1-8b") -> Table:
 
 
 # Each change tried on the host's work, in the order tried: (the change, the count run that measured it, the variant
-# before it, the variant with it). Lean host, fused LoRA and reentrant checkpointing are Recipe knobs, the ctypes
-# dequantize is fused LoRA's own path on CUDA, F.rms_norm, the compiled RoPE, the compiled layers and the pinned layer
-# inputs only count_launches.py's -norm, -rope, -compiled and -pinned variants (README.md says more). The compiled
-# layers held the checkpoint inside the graph and recomputed nothing (their GiB says so).
+# before it, the variant with it). Lean host, fused LoRA, reentrant checkpointing and the compiled layers inside the
+# checkpoint (in place of Liger) are Recipe knobs, the ctypes dequantize and the early LoRA scaling are fused LoRA's own
+# path, F.rms_norm, the compiled RoPE, the layers compiled around their checkpoint, the pinned layer inputs and the
+# guards skipped only count_launches.py's -norm, -rope, -compiled, -pinned and -noguards variants (README.md says more).
+# The layers compiled around their checkpoint recomputed nothing (their GiB says so).
 CHANGES = (
     ("lean host", "counts-20261203", "ours", "ours-lean"),
     ("fused LoRA", "counts-20261207-repeats", "ours", "ours-fused"),
@@ -141,6 +142,12 @@ CHANGES = (
     ("compiled RoPE", "counts-20261207-rope", "ours-fused-reentrant-norm", "ours-fused-reentrant-norm-rope"),
     ("layers compiled", "counts-20261207-compiled", "ours-fused-reentrant", "ours-fused-reentrant-compiled"),
     ("pinned layer inputs", "counts-20261207-offload", "fast-fused", "fast-fused-pinned"),
+    ("compiled layers for Liger", "counts-20261207-inside", "ours-fused-reentrant",
+     "ours-fused-reentrant-compiled-inside"),
+    ("no guards", "counts-20261207-inside", "ours-fused-reentrant-compiled-inside",
+     "ours-fused-reentrant-compiled-inside-noguards"),
+    ("LoRA scaled early", "counts-20261207-inside16", "fast-fused-latescale", "fast-fused"),
+    ("compiled layers for Liger", "counts-20261207-inside16", "fast-fused", "fast-fused-compiled-inside"),
 )
 
 
@@ -170,25 +177,28 @@ def changes(model: str = "llama-3.1-8b") -> list[Change]:
     return out
 
 
-def changes_table(model: str = "llama-3.1-8b") -> Table:
+def changes_table(model: str = "llama-3.1-8b", setting: str | None = None) -> Table:
     """changes() as a Table, up to three rows a change, all from its run: without it, with it (and its factor), and
     Unsloth where the run had it (what remains): per micro-batch (512 tokens at 1 x 16, or the setting the row names),
     what the host dispatched and waited for, what the GPU worked, and what came of it (tokens/s and the allocated
-    peak; the wall time per micro-batch is host_table's)."""
-    body, found = [], changes(model)
-    for c in found:
+    peak; the wall time per micro-batch is host_table's). `setting` ("1 x 16"): only the changes measured there."""
+    body, found = [], [c for c in changes(model) if setting in (None, c.after.setting)]
+    for c, last in zip(found, [None, *found]):
         name = c.change + ("" if c.after.setting == "1 x 16" else f" at {c.after.setting}")
         rows = [(name, "without", c.before, None), (c.run.removeprefix("counts-"), "with", c.after, c.speedup)]
-        for first, what, h, factor in rows + ([("", "Unsloth", c.unsloth, None)] if c.unsloth else []):
+        rows += [("", "Unsloth", c.unsloth, None)] if c.unsloth else []
+        if last and last.run == c.run:  # the run of the change above: its rows say what this one starts from
+            rows = [(name, "with", c.after, c.speedup)] if last.after == c.before else rows[:2]
+        for first, what, h, factor in rows:
             body.append([first, what, h.aten_ops, h.launches, h.waits, h.device_ms, h.tokens_per_s, h.spread, factor,
                          h.allocated_gib])
     devices = " and ".join(sorted({c.after.env.get("device", "GPU") for c in found}))
     other = sorted({f"{c.after.tokens:,} at {c.after.setting}" for c in found} - {"512 at 1 x 16"})
     title = ("Each change tried on the host's work per micro-batch of 512 tokens at 1 x 16"
-             f"{''.join(f' ({o} where the row says)' for o in other)}, in the order tried: "
-             f"without it, with it and Unsloth, in the one run named (count_launches.py on an {devices}; each "
-             "variant in fresh processes, interleaved; tokens/s the median of its processes, range their lowest and "
-             "highest; ops: operators the host dispatched; x: with over without; GiB: the allocated peak)")
+             f"{''.join(f' ({o} where the row says)' for o in other)}, in the order tried: without it, with it "
+             f"and Unsloth, in the run named (below a change of the same run, only the rows it adds); "
+             f"count_launches.py on an {devices}, each variant in fresh processes, interleaved; tokens/s: median, "
+             "range: lowest-highest process; ops: operators dispatched; x: with over without; GiB: allocated peak")
     columns = [Column("change, run", wrap=True), Column(" ", short=" "), Column("operators", fmt=",.0f", short="ops"),
                Column("launches", fmt=",.0f"), Column("waits", fmt=".0f"), Column("GPU", "ms", ".0f"),
                Column("tokens/s", fmt=",.0f"), Column("range"), Column("x", fmt=".2f"), Column("GiB", fmt=".2f")]

@@ -195,20 +195,24 @@ def _without(r: Recipe, back: tuple) -> Recipe:
     return r.with_(**dict(back))
 
 
+_UNSAID = {"ops", "norm", "rope", "noguards", "graphs", "latescale", "pinned"}  # count_launches.py's variants' words
+
+
 @functools.lru_cache(maxsize=1)
 def _check_runs() -> list:
     """The shipped runs that check one change again: pairs for tuning_factor only, never a recipe's own speed (the
     planner's speeds are those of its reference GPU). reference/beyond/checks: fused LoRA and reentrant checkpointing
     beside the recipe without them at 16 x 1 and 8 x 2 (scripts/gpu/logs/repeats-20261207/); and each process of the
     count runs at 1 x 16 (beyond/tries/counts-*.jsonl, scripts/gpu/count_launches.py), the only pairs at 1 x 16, but
-    not the processes of a variant that changed something its recipe does not say (-ops: the old dequantize, -norm,
-    -rope)."""
+    not the processes of a variant that changed something its recipe does not say (_UNSAID: the old dequantize,
+    F.rms_norm, the compiled RoPE, Dynamo's guards off, CUDA graphs, the old LoRA scaling, the pinned layer inputs, and
+    "-compiled", the layers compiled around their checkpoint)."""
 
     counts = [Measurement(recipe=d["recipe"], recipe_key=d["recipe_key"], env=d["env"], env_key="", status="ok",
                           tokens_per_s=d["timing"]["tokens_per_s"], source=path.name, run_id=d["run"])
               for path in sorted(shipped("reference", "beyond", "tries").glob("counts-*.jsonl"))
               for d in json_lines(path.read_text()) if d.get("status") == "ok" and d["variant"] != "unsloth"
-              and not {"ops", "norm", "rope"} & set(d.get("ran_as", d["variant"]).split("-"))]
+              and not _UNSAID & set((v := d.get("ran_as", d["variant"])).split("-")) and not v.endswith("-compiled")]
     return [m for m in shipped_results("beyond/checks") + counts if m.fits and m.tokens_per_s
             and not peer_name(m)]  # a peer's rows in a check run are no pairs of ours
 

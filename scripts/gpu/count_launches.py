@@ -35,9 +35,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
   "-graphs" after it compiles with mode="reduce-overhead" (CUDA graphs), "-noguards" skips Dynamo's guard checks
   once the first step has compiled (torch.compiler.set_stance(skip_guard_eval_unsafe=True): the run-5 probe spent
   0.5 ms of host in each compiled call's cache lookup);
-- "-latescale" (on "fast-fused" or "ours-fused-reentrant"): fused LoRA's backward scaling as before 2026-12-07
-  evening (COURSE_LORA_SCALE=late: a multiply over each (tokens, in_features) input gradient, 128 a micro-batch and
-  25 ms of the H100's 715 in run counts-20261207-offload), against today's, on the (tokens, r) gradient.
+- "-latescale" (run counts-20261207-inside16 only; its switch is gone since): fused LoRA's backward scaling as before
+  2026-12-07 evening (a multiply over each (tokens, in_features) input gradient, 128 a micro-batch), against today's,
+  on the (tokens, r) gradient.
 On a CPU (--model tiny) "ours" is notebook 09's CPU recipe of the same rung without Liger (a smoke test of this code).
 
 In each process: step 0 warms up (not counted); steps 1 .. steps-2 are timed as course_utils.probe times them
@@ -93,7 +93,7 @@ VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-re
             "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1",
             "ours-fused-reentrant-compiled", "ours-fused-compiled", "ours-fused-reentrant-compiled-inside",
             "ours-fused-compiled-inside", "fast-fused-compiled-inside", "ours-fused-reentrant-compiled-inside-graphs",
-            "ours-fused-reentrant-compiled-inside-noguards", "fast-fused-latescale", "ours-fused-reentrant-latescale")
+            "ours-fused-reentrant-compiled-inside-noguards")
 START_MICRO = 4  # the profiled window starts at this micro-batch of the last step (well away from the optimizer)
 LAUNCH = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "cuLaunchKernel",
           "cuLaunchKernelEx", "cudaGraphLaunch")
@@ -540,8 +540,6 @@ def child_env(variant: str, args) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
     if variant.endswith("-ops"):  # fused LoRA's dequantize through bitsandbytes' ops, as before 2026-12-07's change
         env["COURSE_DEQUANT"] = "ops"
-    if variant.endswith("-latescale"):  # fused LoRA's backward scaling as before 2026-12-07 evening's change
-        env["COURSE_LORA_SCALE"] = "late"
     if variant.startswith("unsloth"):  # the peer's site directory first, this checkout after it, not our site directory
         env["PYTHONPATH"] = os.pathsep.join([args.peer_site, str(ROOT)])
         env["HF_DATASETS_OFFLINE"] = "1"

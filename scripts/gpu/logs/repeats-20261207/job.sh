@@ -69,6 +69,8 @@
 # Session of 2026-12-07 late: PARTS="I6 T5 J3" (about 27 minutes, detached): I6 is I5 with CUDA graphs (-graphs) and
 # Dynamo's guards skipped after the first step (-noguards) in place of the repeats of the uncompiled and Unsloth, one
 # process each, so that the one run tells whether either lifts compile_layers past Unsloth at 1 x 16.
+# Ran as run 8 (run8/, README.md): I6 and T5 whole, J3 up to its last process. -latescale's switch is deleted since,
+# so J and J3 no longer run as written.
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}

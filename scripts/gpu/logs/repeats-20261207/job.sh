@@ -70,7 +70,10 @@
 # Dynamo's guards skipped after the first step (-noguards) in place of the repeats of the uncompiled and Unsloth, one
 # process each, so that the one run tells whether either lifts compile_layers past Unsloth at 1 x 16.
 # Ran as run 8 (run8/, README.md): I6 and T5 whole, J3 up to its last process. -latescale's switch is deleted since,
-# so J and J3 no longer run as written.
+# so J and J3 no longer run as written. Next: PARTS="R3 T6" (about 20 minutes): R3 the 1 x 16 peer run three times
+# (beyond_recipe.py --set compiled --peers unsloth, at 1 x 16 only: Liger's recipe, compile_layers' and Unsloth, one
+# process each a run, the runs back to back), the repeats that alone can say whether compile_layers meets the 1 x 16
+# target; T6 notebook 09 under the T4 profile (not run under it since fused LoRA's backward scaling changed).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -117,6 +120,14 @@ python3 scripts/gpu/beyond_recipe.py --set compiled --steps 8 --timeout 400 --pe
     --out $OUTD/compiled-peer.jsonl --run-id compiled-peer-$DAY > $OUTD/compiled-peer.log 2>&1
 echo "G: beyond_recipe compiled, both settings, exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/compiled-peer.log
 }
+partR3() {
+for i in 1 2 3; do
+python3 scripts/gpu/beyond_recipe.py --set compiled --steps 8 --timeout 300 --peers unsloth --peer-batches 1x16 \
+    --only '+ Liger kernels, fused LoRA, reentrant ckpt' --only 'no Liger, fused LoRA, reentrant ckpt, compiled layers' \
+    --out $OUTD/compiled-peer-r$i.jsonl --run-id compiled-peer-r$i-$DAY > $OUTD/compiled-peer-r$i.log 2>&1
+echo "R3: run $i exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/compiled-peer-r$i.log
+done
+}
 partH() { python3 scripts/gpu/host_costs.py --out $OUTD/host-costs.jsonl > $OUTD/host-costs.log 2>&1
           echo "H: exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/host-costs.log; }
 partP() { python3 scripts/gpu/beyond_recipe.py --set picks --steps 6 --timeout 300 --out $OUTD/picks-$1.jsonl \
@@ -152,6 +163,7 @@ partT() { t4 T 09:small,08:small 2 540; }
 partT2() { t4 T2 05:small,09:small 2 540; }
 partT3() { t4 T3 07:small,06:small,09:small 3 560; }
 partT5() { t4 T5 07:small,06:small 2 540; }
+partT6() { t4 T6 09:small 1 540; }
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

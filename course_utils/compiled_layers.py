@@ -1,8 +1,7 @@
 """Recipe(compile_layers=True) (issue 31): torch.compile each decoder layer's forward inside its checkpoint, so the
 host dispatches a few fused kernels per layer in place of hundreds of operators, and checkpointing still recomputes
 each layer. Measured on an H100 beside Unsloth (README.md, "Compiled layers": faster at 1 x 16, not at 16 x 1) and
-under the T4 profile; not yet in notebook 09's lesson nor among the planner's knobs (its combinations would need
-Liger excluded).
+under the T4 profile; notebook 09 reads its launch count; the planner offers it in place of Liger (estimate/plan.py).
 
 transformers 5 checkpoints a layer's `forward` (GradientCheckpointingLayer calls the layer's checkpoint function with
 it), so compiling the layer itself (`layer.compile()`) puts the checkpoint inside the compiled graph: with reentrant

@@ -40,7 +40,6 @@ picks' micro-batches (x1.01 at 16 x 1, x1.08 at 8 x 2), and picks it.
 from __future__ import annotations
 
 import ctypes
-import os
 from types import SimpleNamespace
 
 import torch
@@ -51,7 +50,7 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
     """The NF4 weight (out_features x in_features) as `dtype`: bitsandbytes' own ops, called as
     bitsandbytes.functional.dequantize_4bit calls them (the nested absmax of double quantization first), without
     its Python checks, which the weight passed when it was quantized. On CUDA the same two kernels are called
-    through bitsandbytes' C library instead (_dequantize_cuda), unless COURSE_DEQUANT=ops: in bf16, fp16 and fp32, with
+    through bitsandbytes' C library instead (_dequantize_cuda): in bf16, fp16 and fp32, with
     and without double quantization, its result equals the ops' to the bit (scripts/gpu/host_costs.py on an H100,
     2026-12-07, scripts/gpu/logs/repeats-20261207/run3/). Under torch.compile, one opaque op of its own,
     course::dequantize_4bit (below), which runs the same path inside (Dynamo cannot trace ctypes calls)."""
@@ -62,7 +61,7 @@ def dequantize(weight, dtype: torch.dtype) -> torch.Tensor:
             weight.data, state.absmax, inner.absmax if inner else None, inner.code if inner else None,
             state.offset if inner else None, inner.blocksize if inner else 0, state.blocksize, state.quant_type,
             list(state.shape), dtype)
-    if weight.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
+    if weight.device.type == "cuda" and dtype in _KERNEL_DTYPE:
         return _dequantize_cuda(weight, state, dtype)
     return _dequantize_ops(weight, state, dtype)
 
@@ -78,7 +77,7 @@ def _dequantize_op(data: torch.Tensor, absmax: torch.Tensor, absmax2: torch.Tens
     inner = SimpleNamespace(absmax=absmax2, code=code2, blocksize=blocksize2)
     state = SimpleNamespace(absmax=absmax, nested=absmax2 is not None, state2=inner, offset=offset,
                             blocksize=blocksize, quant_type=quant_type, shape=torch.Size(shape))
-    if data.device.type == "cuda" and _DIRECT and dtype in _KERNEL_DTYPE:
+    if data.device.type == "cuda" and dtype in _KERNEL_DTYPE:
         return _dequantize_cuda(data, state, dtype)
     return _dequantize_ops(data, state, dtype)
 
@@ -99,7 +98,6 @@ def _dequantize_ops(weight, state, dtype: torch.dtype) -> torch.Tensor:
                                                           state.shape, dtype)
 
 
-_DIRECT = os.environ.get("COURSE_DEQUANT", "direct") != "ops"  # "ops": bitsandbytes' ops on CUDA too (for a count)
 _KERNEL_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}  # bitsandbytes' names
 
 

@@ -13,8 +13,9 @@ Variants, each trained in a fresh process, interleaved over --rounds (A B C, the
 - "ours-lean": the same with Recipe(lean_host=True) (course_utils/lean_trainer.py);
 - "ours-fused": the same with Recipe(fused_lora=True) (course_utils/fused_lora.py), "ours-fused-lean" with both;
 - "ours-fused-reentrant": fused LoRA with Recipe(reentrant_checkpointing=True): each layer's first forward builds no
-  autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does); "-ops" after it: with
-  fused LoRA's dequantize through bitsandbytes' ops (COURSE_DEQUANT=ops, as before its direct calls); "-norm": with
+  autograd graph (torch's reentrant checkpointing, as Unsloth's own checkpoint function does); "-ops" after it (run
+  counts-20261207-dequant only; its switch is gone since): fused LoRA's dequantize through bitsandbytes' ops, as before
+  its direct calls; "-norm": with
   torch's F.rms_norm in place of every RMSNorm (torch_rms_norm, a change tried; patched when training begins: in run
   counts-20261207-dequant it was patched after build() and Trainer.train() put Liger's back, so those processes ran
   as "ours-fused-reentrant" and their lines say so); "-rope" (after "-norm" or in its place): transformers' RoPE
@@ -88,7 +89,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the peer's child puts its own site directory first on PYTHONPATH, ROOT after it
     sys.path.append(str(ROOT))
 
-VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant", "ours-fused-reentrant-ops",
+VARIANTS = ("ours", "ours-lean", "ours-fused", "ours-fused-lean", "ours-fused-reentrant",
             "ours-fused-reentrant-norm", "ours-fused-reentrant-rope", "ours-fused-reentrant-norm-rope", "unsloth",
             "fast-fused", "fast-fused-pinned", "fast-fused-reentrant-pinned", "unsloth-16x1",
             "ours-fused-reentrant-compiled", "ours-fused-compiled", "ours-fused-reentrant-compiled-inside",
@@ -538,8 +539,6 @@ def child(variant: str, args) -> None:
 # --- the parent -----------------------------------------------------------------------------------------------------
 def child_env(variant: str, args) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
-    if variant.endswith("-ops"):  # fused LoRA's dequantize through bitsandbytes' ops, as before 2026-12-07's change
-        env["COURSE_DEQUANT"] = "ops"
     if variant.startswith("unsloth"):  # the peer's site directory first, this checkout after it, not our site directory
         env["PYTHONPATH"] = os.pathsep.join([args.peer_site, str(ROOT)])
         env["HF_DATASETS_OFFLINE"] = "1"

@@ -70,7 +70,7 @@
 # Dynamo's guards skipped after the first step (-noguards) in place of the repeats of the uncompiled and Unsloth, one
 # process each, so that the one run tells whether either lifts compile_layers past Unsloth at 1 x 16.
 # Ran as run 8 (run8/, README.md): I6 and T5 whole, J3 up to its last process. -latescale's switch is deleted since,
-# so J and J3 no longer run as written. Next: PARTS="R3 T6" (about 20 minutes): R3 the 1 x 16 peer run three times
+# so J and J3 no longer run as written; nor does D, whose -ops switch went the same way. Next: PARTS="R3 T6" (about 20 minutes): R3 the 1 x 16 peer run three times
 # (beyond_recipe.py --set compiled --peers unsloth, at 1 x 16 only: Liger's recipe, compile_layers' and Unsloth, one
 # process each a run, the runs back to back), the repeats that alone can say whether compile_layers meets the 1 x 16
 # target; T6 notebook 09 under the T4 profile (not run under it since fused LoRA's backward scaling changed).

@@ -74,6 +74,7 @@
 # (beyond_recipe.py --set compiled --peers unsloth, at 1 x 16 only: Liger's recipe, compile_layers' and Unsloth, one
 # process each a run, the runs back to back), the repeats that alone can say whether compile_layers meets the 1 x 16
 # target; T6 notebook 09 under the T4 profile (not run under it since fused LoRA's backward scaling changed).
+# Session of 2026-12-08: PARTS="R3 T7", T7 being T6 with notebooks 08 and 10 beside 09 (three at once).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -164,6 +165,7 @@ partT2() { t4 T2 05:small,09:small 2 540; }
 partT3() { t4 T3 07:small,06:small,09:small 3 560; }
 partT5() { t4 T5 07:small,06:small 2 540; }
 partT6() { t4 T6 09:small 1 540; }
+partT7() { t4 T7 09:small,08:small,10:small 3 540; }  # T6 with 08 and 10 (text changed since their T4 runs)
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
     --out $OUTD/peer-$1.jsonl --run-id peer$1-$DAY > $OUTD/peer-$1.log 2>&1

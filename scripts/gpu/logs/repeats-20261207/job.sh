@@ -74,7 +74,8 @@
 # (beyond_recipe.py --set compiled --peers unsloth, at 1 x 16 only: Liger's recipe, compile_layers' and Unsloth, one
 # process each a run, the runs back to back), the repeats that alone can say whether compile_layers meets the 1 x 16
 # target; T6 notebook 09 under the T4 profile (not run under it since fused LoRA's backward scaling changed).
-# Session of 2026-12-08: PARTS="R3 T7", T7 being T6 with notebooks 08 and 10 beside 09 (three at once).
+# Session of 2026-12-08: PARTS="R3 T7", T7 being T6 with notebooks 08 and 10 beside 09 (three at once); after refused
+# starts took 631 s of the budget, PARTS="T7 R2" (R2: R3 with two runs; about 17 minutes).
 set -u
 T0=$(date +%s)
 OUTD=${OUTD:-/tmp/out}
@@ -122,7 +123,7 @@ python3 scripts/gpu/beyond_recipe.py --set compiled --steps 8 --timeout 400 --pe
 echo "G: beyond_recipe compiled, both settings, exit $? after $(( $(date +%s) - T0 )) s" >> $OUTD/compiled-peer.log
 }
 partR3() {
-for i in 1 2 3; do
+for i in ${RUNS:-1 2 3}; do
 python3 scripts/gpu/beyond_recipe.py --set compiled --steps 8 --timeout 300 --peers unsloth --peer-batches 1x16 \
     --only '+ Liger kernels, fused LoRA, reentrant ckpt' --only 'no Liger, fused LoRA, reentrant ckpt, compiled layers' \
     --out $OUTD/compiled-peer-r$i.jsonl --run-id compiled-peer-r$i-$DAY > $OUTD/compiled-peer-r$i.log 2>&1
@@ -165,6 +166,7 @@ partT2() { t4 T2 05:small,09:small 2 540; }
 partT3() { t4 T3 07:small,06:small,09:small 3 560; }
 partT5() { t4 T5 07:small,06:small 2 540; }
 partT6() { t4 T6 09:small 1 540; }
+partR2() { RUNS="1 2" partR3; }  # R3 with two runs
 partT7() { t4 T7 09:small,08:small,10:small 3 540; }  # T6 with 08 and 10 (text changed since their T4 runs)
 partF() {  # $1: 1 to 4
 python3 scripts/gpu/beyond_recipe.py --set fused --steps 8 --timeout 300 --peers unsloth \
